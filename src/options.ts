@@ -1,0 +1,60 @@
+/**
+ * Parsers for option values. Each throws a usage CalloutError that names the
+ * option, what was given and what was expected, so the CLI can print it as is.
+ */
+import { usageError } from './errors.js';
+
+const units: Record<string, number> = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+
+/**
+ * A Go-style duration (`100ms`, `1s`, `1m30s`, `0`) in milliseconds.
+ * A bare number is rejected (is `5` seconds or milliseconds?) except `0`.
+ */
+export function parseDuration(option: string, value: string): number {
+  const v = value.trim();
+  if (v === '0') return 0;
+  const re = /(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)/gy;
+  let total = 0;
+  let pos = 0;
+  let m: RegExpExecArray | null;
+  while ((m = re.exec(v)) !== null) {
+    total += Number(m[1]) * units[m[2]!]!;
+    pos = re.lastIndex;
+  }
+  if (v === '' || pos !== v.length) {
+    throw usageError(option, JSON.stringify(value), 'expected a duration such as 100ms, 1s, 1m30s (or 0)');
+  }
+  return total;
+}
+
+const sizeUnits: Record<string, number> = { '': 1, b: 1, k: 1000, kb: 1000, ki: 1024, kib: 1024, m: 1e6, mb: 1e6, mi: 1048576, mib: 1048576, g: 1e9, gb: 1e9, gi: 1073741824, gib: 1073741824 };
+
+/** A byte size: `4194304`, `4MiB`, `512KiB`, `10MB`. */
+export function parseSize(option: string, value: string): number {
+  const m = /^(\d+(?:\.\d+)?)\s*([a-zA-Z]*)$/.exec(value.trim());
+  const mult = m ? sizeUnits[m[2]!.toLowerCase()] : undefined;
+  if (!m || mult === undefined) throw usageError(option, JSON.stringify(value), 'expected a size in bytes such as 4194304, 4MiB or 512KiB');
+  const n = Math.floor(Number(m[1]) * mult);
+  if (n < 1 || n > 2 ** 31 - 1) throw usageError(option, value, 'size out of range 1 byte - 2GiB');
+  return n;
+}
+
+/** `host:port`, `[v6]:port` or a `unix:` address, validated. */
+export function parseHostPort(option: string, value: string): string {
+  if (value.startsWith('unix:')) {
+    if (value.length <= 5) throw usageError(option, value, 'expected unix:PATH');
+    return value;
+  }
+  const m = /^(\[[0-9a-fA-F:.]+\]|[^:[\]\s]*):(\d+)$/.exec(value);
+  if (!m) throw usageError(option, JSON.stringify(value), 'expected HOST:PORT, such as 127.0.0.1:12090 or [::1]:12090');
+  const port = Number(m[2]);
+  if (port < 1 || port > 65535) throw usageError(option, value, 'port out of range 1-65535');
+  if (m[1] === '') throw usageError(option, value, 'missing host, such as 127.0.0.1');
+  return value;
+}
+
+/** A non-empty string option (names, paths). */
+export function parseNonEmpty(option: string, value: string): string {
+  if (value.trim() === '') throw usageError(option, '""', 'expected a non-empty value');
+  return value;
+}

@@ -1,0 +1,37 @@
+/**
+ * What every source (kpng gRPC, replay, Kubernetes API) implements: produce
+ * complete node-local states, nothing else. A source knows nothing of callouts.
+ */
+import type { State } from './state.js';
+
+/** Connection status of a live source, for logs, metrics and /healthz. */
+export interface SourceStatus {
+  /** A stream/watch is established. */
+  connected: boolean;
+  /** The current connection delivered a complete state (first Sync, initial lists). */
+  synced: boolean;
+  /** Reconnections since start. */
+  reconnects: number;
+  /** Last error, when disconnected. */
+  error?: string;
+}
+
+/** Where a source delivers its states. */
+export interface StateSink {
+  /**
+   * A complete state. Live sources never wait on the returned promise (ingest
+   * never waits for the callout); replay awaits it to run fixtures in order.
+   */
+  push(state: State): void | Promise<void>;
+  /** Status changes of a live source. */
+  status?(status: SourceStatus): void;
+}
+
+export interface Source {
+  /**
+   * Produces states until `signal` aborts or the source is exhausted (replay
+   * without --watch). Resolves on a clean stop; rejects with a CalloutError
+   * only for errors that retrying cannot fix (bad files, bad TLS files).
+   */
+  run(sink: StateSink, signal: AbortSignal): Promise<void>;
+}
