@@ -3,7 +3,7 @@
  * options, wires one source to the runner (kpng-callout) or the printer
  * (kpng-json), and maps outcomes to exit codes. The only module that exits.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { constants as osConstants } from 'node:os';
 import { Command, CommanderError, Option } from 'commander';
@@ -14,6 +14,9 @@ import type { Source, StateSink } from './source.js';
 import type { State } from './state.js';
 import { Runner, type RunResult } from './runner.js';
 import { createKpngSource } from './sources/kpng.js';
+import { createKubeSource, loadKubeConfig, parseServiceProxyName } from './sources/kube.js';
+import { compileGlobs, splitGlobList } from './convert/glob.js';
+import { checkReplayPaths, createReplaySource } from './sources/replay.js';
 
 /** Which program is running: the callout runner or the JSON printer. */
 export type Tool = 'kpng-callout' | 'kpng-json';
@@ -278,6 +281,104 @@ export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) =
     const source = kpngSourceFrom(o, common);
     done(runPipeline({ tool, source, common, ...(runner ? { runner } : {}), mode: 'live' }, io));
   });
+
+  // --- kube: the Kubernetes API as the source (src/sources/kube.ts, docs/kube.md).
+  // Options after a subcommand's name must be the subcommand's, not the program's.
+  program.enablePositionalOptions();
+  const kube = addCommonOptions(program.command('kube'), tool)
+    .description("Watch the Kubernetes API (Services, EndpointSlices, this node's Node) and compute this node's state as kpng did.")
+    .option('--kubeconfig <path>', 'kubeconfig file (default: $KUBECONFIG, else the in-cluster service account when $KUBERNETES_SERVICE_HOST is set, else ~/.kube/config)')
+    .option('--service-proxy-name <name>', 'handle the Services labelled service.kubernetes.io/service-proxy-name=NAME (default: those without that label, as kube-proxy)')
+    .option('--with-service-labels <globs>', 'send the Service labels matching these globs (comma-separated, repeatable; default none, as kpng)', (v: string, prev: string[]) => [...prev, ...splitGlobList(v)], [])
+    .option('--with-service-annotations <globs>', 'send the Service annotations matching these globs (comma-separated, repeatable; default none, as kpng)', (v: string, prev: string[]) => [...prev, ...splitGlobList(v)], []);
+  kube.action((o: Record<string, unknown>) => {
+    const common = commonFrom(o, io);
+    const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
+    const serviceProxyName = o.serviceProxyName !== undefined ? parseServiceProxyName('--service-proxy-name', String(o.serviceProxyName)) : undefined;
+    const globs = (option: string, v: string[]) => {
+      try {
+        return compileGlobs(v);
+      } catch (err) {
+        throw usageError(option, JSON.stringify(v.join(',')), (err as Error).message);
+      }
+    };
+    const labels = globs('--with-service-labels', o.withServiceLabels as string[]);
+    const annotations = globs('--with-service-annotations', o.withServiceAnnotations as string[]);
+    const kubeconfig = o.kubeconfig !== undefined ? parseNonEmpty('--kubeconfig', String(o.kubeconfig)) : undefined;
+    const { kubeConfig, from } = loadKubeConfig({ ...(kubeconfig !== undefined ? { kubeconfig } : {}), env: io.env });
+    const source = createKubeSource({
+      kubeConfig,
+      configFrom: from,
+      nodeName: common.nodeName,
+      ...(serviceProxyName !== undefined ? { serviceProxyName } : {}),
+      ...(labels ? { labels } : {}),
+      ...(annotations ? { annotations } : {}),
+      once: common.once,
+      logger: common.logger,
+    });
+    done(runPipeline({ tool, source, common, ...(runner ? { runner } : {}), mode: 'live' }, io));
+  });
+  // --- end kube
+
+  // --- replay: fixture files as successive states (src/sources/replay.ts).
+  program.enablePositionalOptions();
+  const collectGlobs = (v: string, prev: string[]): string[] => [...prev, ...splitGlobList(v)];
+  const replay = addCommonOptions(program.command('replay'), tool)
+    .description(
+      'Run each fixture as one complete state, in order: kpng-json NDJSON, a JSON array of {Service, Endpoints} items, or Kubernetes manifests ' +
+        '(YAML/JSON, several documents or a List: Services, discovery.k8s.io/v1 EndpointSlices, Nodes). A directory stands for its fixture files in name order; - reads stdin.',
+    )
+    .argument('<path...>', 'fixture files, directories, or - for stdin')
+    .option('--watch', 'keep running: re-run when a fixture (or the callout, when it is a file) changes', false)
+    .option('--service-proxy-name <name>', 'keep the Services labelled service.kubernetes.io/service-proxy-name=NAME (default: those without that label, as kube-proxy)')
+    .option('--node-zone <zone>', "the node's zone, for topology hints (default: the topology.kubernetes.io/zone label of the node's Node object in the fixture, else none)")
+    .option('--with-service-labels <globs>', 'send the Service labels matching these globs (comma-separated, repeatable; default none, as kpng)', collectGlobs, [])
+    .option('--with-service-annotations <globs>', 'send the Service annotations matching these globs (comma-separated, repeatable; default none, as kpng)', collectGlobs, []);
+  replay.action((paths: string[], o: Record<string, unknown>) => {
+    const common = commonFrom(o, io);
+    const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
+    const watchMode = Boolean(o.watch);
+    if (watchMode && common.once) throw new CalloutError('usage', '--watch and --once exclude each other');
+    const bad = checkReplayPaths(paths, watchMode);
+    if (bad) throw new CalloutError('usage', bad);
+    const serviceProxyName = o.serviceProxyName !== undefined ? parseServiceProxyName('--service-proxy-name', String(o.serviceProxyName)) : undefined;
+    const nodeZone = o.nodeZone !== undefined ? String(o.nodeZone) : undefined;
+    const globs = (option: string, v: unknown) => {
+      try {
+        return compileGlobs(v as string[]);
+      } catch (err) {
+        throw usageError(option, JSON.stringify((v as string[]).join(',')), (err as Error).message);
+      }
+    };
+    const labels = globs('--with-service-labels', o.withServiceLabels);
+    const annotations = globs('--with-service-annotations', o.withServiceAnnotations);
+    // Watch the callout too when it names a file (a bare name is looked up in $PATH).
+    let watchExtra: string[] = [];
+    if (watchMode && runner && runner.callout.includes('/')) {
+      try {
+        if (statSync(runner.callout).isFile()) watchExtra = [runner.callout];
+      } catch {
+        // Not there: the runner reports it at the first run.
+      }
+    }
+    const source = createReplaySource({
+      paths,
+      watch: watchMode,
+      once: common.once,
+      nodeName: common.nodeName,
+      ...(nodeZone !== undefined ? { nodeZone } : {}),
+      ...(serviceProxyName !== undefined ? { serviceProxyName } : {}),
+      ...(labels ? { labels } : {}),
+      ...(annotations ? { annotations } : {}),
+      watchExtra,
+      ...(runner ? { debounceMs: runner.debounceMs, maxWaitMs: runner.maxWaitMs } : {}),
+      stdin: io.proc.stdin,
+      logger: common.logger,
+    });
+    // Every state runs once, in order, awaited (the replay source debounces file events itself).
+    done(runPipeline({ tool, source, common, ...(runner ? { runner } : {}), mode: 'sequential' }, io));
+  });
+  // --- end replay
   return program;
 }
 

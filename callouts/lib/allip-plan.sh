@@ -1,0 +1,142 @@
+# Shared by kpng-example-allip and kpng-example-allip-nft: sourced, not run.
+#
+# allip_plan PROG
+#   Reads the node-local state (one {"Service":...,"Endpoints":[...]} line per
+#   Service) on stdin and writes the desired "all-ip" mapping on stdout, one
+#   line per external IP that has at least one local endpoint of its family:
+#
+#     4 EXTERNAL-IP ENDPOINT-IP [ENDPOINT-IP...]
+#     6 EXTERNAL-IP ENDPOINT-IP [ENDPOINT-IP...]
+#
+#   Every address on stdout has passed a strict literal IPv4/IPv6 check, so
+#   the lines hold nothing but [0-9A-Fa-f:.] and spaces. Everything else is
+#   logged on stderr, prefixed with PROG, and skipped. Returns non-zero (and
+#   prints nothing) when the input cannot be read as JSON.
+#
+#   External IPs are the Service's ExternalIPs plus its LoadBalancerIPs (set
+#   KPNG_ALLIP_LB_IPS=0 to leave load-balancer IPs out). Endpoints are those
+#   with "Local": true; of each, the first address of the family is used (the
+#   addresses of one endpoint are interchangeable, as in an EndpointSlice).
+#   An external IP claimed by an earlier Service is skipped with a log line.
+#
+#   jq runs once for the whole state and decides nothing about a state string:
+#   it writes one tab-separated record per Service and family (family, name,
+#   number of external IPs, external IPs, local endpoint IPs; @tsv escapes
+#   tabs, newlines and backslashes, so a string is always exactly one field),
+#   and awk decides what is an address. No state string ever reaches a shell
+#   word, an eval or a command's option.
+
+allip_plan() {
+	_allip_prog=$1
+	case ${KPNG_ALLIP_LB_IPS:-1} in
+	0 | false | no) _allip_lb=false ;;
+	*) _allip_lb=true ;;
+	esac
+	_allip_raw=$(mktemp) || return 1
+	# shellcheck disable=SC2016 # $i, $k, $lb... are jq variables
+	if ! jq -r --argjson lb "$_allip_lb" '
+		. as $i
+		| ("V4", "V6") as $k
+		| [ $i.Service?.IPs?.ExternalIPs?[$k]?[]?,
+		    if $lb then $i.Service?.IPs?.LoadBalancerIPs?[$k]?[]? else empty end ] as $x
+		| select($x != [])
+		| [ $i.Endpoints?[]? | select(.Local? == true) | .IPs?[$k]?[0]? | values ] as $e
+		| select($e != [])
+		| [$k, "\($i.Service?.Namespace?)/\($i.Service?.Name?)", ($x | length)] + $x + $e
+		| map(tostring) | @tsv
+	' >"$_allip_raw"; then
+		printf '%s: cannot read the state as JSON lines; nothing changed\n' "$_allip_prog" >&2
+		rm -f -- "$_allip_raw"
+		return 1
+	fi
+	awk -v prog="$_allip_prog" '
+	BEGIN { FS = "\t" }
+	function warn(msg) { printf "%s: %s\n", prog, msg > "/dev/stderr" }
+	# A state string, fit for a log line: printable ASCII, at most 100 bytes.
+	function shown(s) { gsub(/[^ -~]/, "?", s); return "\"" substr(s, 1, 100) "\"" }
+	function dec(s) { return s ~ /^(0|[1-9][0-9]?[0-9]?)$/ && s + 0 <= 255 }
+	function ip4(s,   a) {
+		if (s !~ /^[0-9.]+$/ || split(s, a, ".") != 4) return 0
+		return dec(a[1]) && dec(a[2]) && dec(a[3]) && dec(a[4])
+	}
+	# The IPv6 literal s written as inet_ntop writes it (RFC 5952: lower case,
+	# no leading zeros, the first longest run of two or more zero groups as
+	# "::"), or "" if s is not one.
+	function ip6(s,   n, a, q, w, h, t, nh, nt, gap, i, d, bb, bl, cb, cl, out) {
+		if (s !~ /^[0-9A-Fa-f:.]+$/ || length(s) > 45) return ""
+		d = index(s, "::")
+		if (d && index(substr(s, d + 1), "::")) return ""
+		if (s ~ /^:[^:]/ || s ~ /[^:]:$/) return ""
+		n = split(s, a, ":")
+		nh = nt = gap = 0
+		for (i = 1; i <= n; i++) {
+			if (a[i] == "") { gap = 1; continue } # only the one "::" leaves empty fields
+			if (i == n && index(a[i], ".")) {
+				if (!ip4(a[i])) return ""
+				split(a[i], q, ".")
+				if (gap) { t[++nt] = sprintf("%x", q[1] * 256 + q[2]); t[++nt] = sprintf("%x", q[3] * 256 + q[4]) }
+				else { h[++nh] = sprintf("%x", q[1] * 256 + q[2]); h[++nh] = sprintf("%x", q[3] * 256 + q[4]) }
+				continue
+			}
+			if (a[i] !~ /^[0-9A-Fa-f]+$/ || length(a[i]) > 4) return ""
+			out = tolower(a[i]); sub(/^0+/, "", out); if (out == "") out = "0"
+			if (gap) t[++nt] = out; else h[++nh] = out
+		}
+		if (d ? nh + nt > 7 : nh + nt != 8) return ""
+		for (i = 1; i <= nh; i++) w[i] = h[i]
+		for (; i <= 8 - nt; i++) w[i] = "0"
+		for (; i <= 8; i++) w[i] = t[i - 8 + nt]
+		bl = cl = 0
+		for (i = 1; i <= 8; i++) {
+			if (w[i] != "0") { cl = 0; continue }
+			if (!cl++) cb = i
+			if (cl > bl) { bb = cb; bl = cl }
+		}
+		if (bl < 2) bl = 0
+		# inet_ntop keeps the IPv4 notation for ::a.b.c.d and ::ffff:a.b.c.d
+		if (bl && bb == 1 && (bl == 6 || (bl == 5 && w[6] == "ffff"))) {
+			return (bl == 6 ? "::" : "::ffff:") int(hex(w[7]) / 256) "." hex(w[7]) % 256 "." int(hex(w[8]) / 256) "." hex(w[8]) % 256
+		}
+		if (!bl) return w[1] ":" w[2] ":" w[3] ":" w[4] ":" w[5] ":" w[6] ":" w[7] ":" w[8]
+		out = ""
+		for (i = 1; i < bb; i++) out = out w[i] ":"
+		out = (bb == 1 ? "::" : out ":")
+		for (i = bb + bl; i <= 8; i++) out = out w[i] (i < 8 ? ":" : "")
+		return out
+	}
+	function hex(h,   v, i) {
+		for (i = 1; i <= length(h); i++) v = v * 16 + index("0123456789abcdef", substr(h, i, 1)) - 1
+		return v
+	}
+	# The address in its canonical form, if it is one of the family of this line; else "".
+	function addr(ip) { return fam == 4 ? (ip4(ip) ? ip : "") : ip6(ip) }
+	$1 != "V4" && $1 != "V6" || $3 !~ /^[0-9]+$/ { next }
+	{
+		fam = $1 == "V4" ? 4 : 6
+		name = shown($2)
+		last = $3 + 3
+		eps = ""
+		delete seen
+		for (i = last + 1; i <= NF; i++) {
+			k = addr($i)
+			if (k == "") { warn(name ": skipping local endpoint " shown($i) ": not a literal IPv" fam " address"); continue }
+			if (k in seen) continue
+			seen[k] = 1
+			eps = eps " " k
+		}
+		for (i = 4; i <= last; i++) {
+			k = addr($i)
+			if (k == "") { warn(name ": skipping external IP " shown($i) ": not a literal IPv" fam " address"); continue }
+			if (eps == "") continue
+			if ((fam, k) in owner) {
+				if (owner[fam, k] != name) warn(name ": skipping external IP " k ": already used by " owner[fam, k])
+				continue
+			}
+			owner[fam, k] = name
+			print fam " " k eps
+		}
+	}' "$_allip_raw"
+	_allip_rc=$?
+	rm -f -- "$_allip_raw"
+	return $_allip_rc
+}

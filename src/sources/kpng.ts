@@ -1,0 +1,297 @@
+/**
+ * The kpng source: watches a kpng server's node-local API (localv1
+ * `Sets/Watch`, see shared/kpng-localv1.md) and publishes a complete state at
+ * every `Sync`.
+ *
+ * Behaviour that matters to callers:
+ * - ingest never waits for the consumer: the next `WatchReq` goes out right
+ *   after a state is pushed, and the runner coalesces;
+ * - only complete states are pushed: nothing mid-diff, nothing from a broken
+ *   stream; after a failure the source waits `errorDelayMs`, reconnects with
+ *   an empty store and pushes again only at the new stream's first `Sync`;
+ * - a value that does not decode is logged and skipped, keeping the value held
+ *   before (as the reference client does).
+ */
+import { X509Certificate } from 'node:crypto';
+import * as grpc from '@grpc/grpc-js';
+import { unmarshalEndpoint, unmarshalOpItem, unmarshalService, marshalWatchReq, type OpItem, type Ref } from '../codec.js';
+import { CalloutError } from '../errors.js';
+import { silentLogger, type Logger } from '../log.js';
+import { EndpointsSet, ServicesSet } from '../model.js';
+import type { Source, SourceStatus, StateSink } from '../source.js';
+import { Store } from '../state.js';
+
+/** Full method path of the only call of the localv1 API. */
+export const WATCH_METHOD = '/localv1.Sets/Watch';
+
+/** TLS material (PEM contents, not paths). TLS is used when any is given. */
+export interface KpngTlsOptions {
+  /** CA bundle that verifies the server; the system roots when absent. */
+  ca?: Buffer;
+  /** Client certificate chain, for mutual TLS (needs `key`). */
+  cert?: Buffer;
+  /** Client private key, for mutual TLS (needs `cert`). */
+  key?: Buffer;
+}
+
+/** Options of {@link createKpngSource}. The CLI validates them. */
+export interface KpngSourceOptions {
+  /** `host:port` of the kpng API. Default `127.0.0.1:12090`. */
+  api?: string;
+  /** The node whose local state is watched, sent in every `WatchReq`. */
+  nodeName: string;
+  /** Resolve `run` after the first complete state has been pushed. */
+  once?: boolean;
+  /** Wait after a stream failure before reconnecting (ms). Default 1000. */
+  errorDelayMs?: number;
+  /** Largest message accepted from the server (bytes). Default 4 MiB. */
+  maxMsgSize?: number;
+  /** TLS (mutual with cert and key) when set with at least one member. */
+  tls?: KpngTlsOptions;
+  /** Where log lines go. Default: nowhere. */
+  logger?: Logger;
+  /** Waits `ms` or until `signal` aborts, whichever first (tests may inject). */
+  sleep?: (ms: number, signal: AbortSignal) => Promise<void>;
+}
+
+const DEFAULT_API = '127.0.0.1:12090';
+const DEFAULT_MAX_MSG_SIZE = 4 << 20;
+
+/** A stream attempt ended: cleanly (aborted / once satisfied), by failure, or by a bug. */
+type Outcome = { kind: 'done' } | { kind: 'failed'; reason: string; synced: boolean } | { kind: 'fatal'; error: unknown };
+
+function defaultSleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** `1000` -> `1s`, `250` -> `250ms`, `1500` -> `1.5s`. */
+function formatDelay(ms: number): string {
+  return ms >= 1000 ? `${ms / 1000}s` : `${ms}ms`;
+}
+
+function isServiceError(err: unknown): err is grpc.ServiceError {
+  return typeof err === 'object' && err !== null && typeof (err as { code?: unknown }).code === 'number';
+}
+
+const pemCertificate = /-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----/g;
+
+/** Throws unless `pem` holds at least one certificate and all of them parse. */
+function checkCertificates(pem: Buffer, what: string): void {
+  const blocks = pem.toString('latin1').match(pemCertificate);
+  if (!blocks) throw new Error(`${what}: no PEM certificate found`);
+  for (const block of blocks) {
+    try {
+      new X509Certificate(block);
+    } catch (err) {
+      throw new Error(`${what}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+}
+
+function setName(set: number): string {
+  return set === ServicesSet ? 'Service' : 'Endpoint';
+}
+
+/** Creates the source; nothing happens until `run`. */
+export function createKpngSource(options: KpngSourceOptions): Source {
+  const api = options.api ?? DEFAULT_API;
+  const errorDelayMs = options.errorDelayMs ?? 1000;
+  const maxMsgSize = options.maxMsgSize ?? DEFAULT_MAX_MSG_SIZE;
+  const log = options.logger ?? silentLogger;
+  const sleep = options.sleep ?? defaultSleep;
+  const request = Buffer.from(marshalWatchReq({ NodeName: options.nodeName }));
+  // Logged once per kind for the life of the source: a server sending global
+  // sets would otherwise flood the log on every revision.
+  const ignoredSets = new Set<number>();
+  let unknownOpLogged = false;
+
+  function credentials(): grpc.ChannelCredentials {
+    const tls = options.tls;
+    if (!tls || (!tls.ca && !tls.cert && !tls.key)) return grpc.credentials.createInsecure();
+    try {
+      // Node accepts a CA bundle without any certificate in it (and then
+      // fails every handshake): check the PEM ourselves.
+      if (tls.ca) checkCertificates(tls.ca, 'CA');
+      if (tls.cert) checkCertificates(tls.cert, 'certificate');
+      if (tls.cert && !tls.key) throw new Error('a client certificate needs its key');
+      if (tls.key && !tls.cert) throw new Error('a client key needs its certificate');
+      return grpc.credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null);
+    } catch (err) {
+      // Bad PEM will not get better by retrying.
+      throw new CalloutError('input', `TLS files for --api ${api}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  function describe(err: unknown): string {
+    if (!isServiceError(err)) return String((err as Error)?.message ?? err);
+    const name = grpc.status[err.code] ?? String(err.code);
+    // grpc-js appends an empty "Resolution note: " to connection errors.
+    const details = (err.details ?? '').replace(/\.? Resolution note: ?$/, '');
+    if (err.code === grpc.status.RESOURCE_EXHAUSTED) {
+      return `${name}: ${details}; a message exceeded --max-msg-size (${maxMsgSize} bytes), raise --max-msg-size`;
+    }
+    // Our own cancel happens only after the attempt is over: this one came
+    // from the server (grpc-js says "Call cancelled", which reads as ours).
+    if (err.code === grpc.status.CANCELLED) return `${name}: the server cancelled the stream`;
+    return `${name}: ${details}`;
+  }
+
+  function ignoreSet(set: number, what: string): void {
+    if (ignoredSets.has(set)) return;
+    ignoredSets.add(set);
+    log.debug(`ignoring ${what} ops on set ${set} (only Services and Endpoints are node-local)`);
+  }
+
+  /** Applies one non-Sync op to the store. */
+  function apply(store: Store, op: OpItem): void {
+    if (op.Set) {
+      const ref: Ref | undefined = op.Set.Ref;
+      if (!ref) {
+        log.warn('skipping a Set op without a Ref');
+        return;
+      }
+      if (ref.Set !== ServicesSet && ref.Set !== EndpointsSet) return ignoreSet(ref.Set, 'Set');
+      try {
+        if (ref.Set === ServicesSet) store.setService(ref.Path, unmarshalService(op.Set.Bytes));
+        else if (!store.setEndpoint(ref.Path, unmarshalEndpoint(op.Set.Bytes))) {
+          log.warn(`skipping Endpoint ${ref.Path}: its path has no namespace/service part`);
+        }
+      } catch (err) {
+        // Nothing was stored: the value held before stays.
+        log.warn(`cannot decode ${setName(ref.Set)} ${ref.Path}: ${(err as Error).message}; keeping the value held before`);
+      }
+    } else if (op.Delete) {
+      const ref = op.Delete;
+      if (ref.Set === ServicesSet) store.deleteService(ref.Path);
+      else if (ref.Set === EndpointsSet) store.deleteEndpoint(ref.Path);
+      else ignoreSet(ref.Set, 'Delete');
+    } else if (op.Reset) {
+      store.reset();
+    } else if (!unknownOpLogged) {
+      unknownOpLogged = true;
+      log.debug('ignoring an OpItem of a kind this client does not know');
+    }
+  }
+
+  return {
+    async run(sink: StateSink, signal: AbortSignal): Promise<void> {
+      const creds = credentials();
+      let reconnects = 0;
+      let lastReason: string | undefined;
+
+      const status = (s: SourceStatus): void => {
+        try {
+          sink.status?.(s);
+        } catch (err) {
+          log.debug(`status listener failed: ${(err as Error).message}`);
+        }
+      };
+
+      /** One stream, from dial to failure (or abort / once). */
+      const attempt = (): Promise<Outcome> =>
+        new Promise<Outcome>((resolve) => {
+          const client = new grpc.Client(api, creds, {
+            'grpc.max_receive_message_length': maxMsgSize,
+            // A private subchannel per attempt: a shared one would carry
+            // grpc's own reconnect backoff over from the failed attempt.
+            'grpc.use_local_subchannel_pool': 1,
+          });
+          const call = client.makeBidiStreamRequest<Buffer, OpItem>(WATCH_METHOD, (b) => b, unmarshalOpItem);
+          // A new stream re-sends the full state: start from nothing.
+          const store = new Store({
+            onOrphans: (paths) =>
+              log.warn(
+                `skipping ${paths.length} endpoint(s) whose Service is absent: ${paths.slice(0, 3).join(', ')}${paths.length > 3 ? ', ...' : ''}`,
+              ),
+          });
+          let settled = false;
+          let connected = false;
+          let synced = false;
+
+          const finish = (outcome: Outcome): void => {
+            if (settled) return;
+            settled = true;
+            signal.removeEventListener('abort', onAbort);
+            call.cancel();
+            client.close();
+            resolve(outcome);
+          };
+          const onAbort = (): void => finish({ kind: 'done' });
+          const markConnected = (): void => {
+            if (connected) return;
+            connected = true;
+            status({ connected: true, synced: false, reconnects });
+          };
+
+          call.on('metadata', markConnected);
+          call.on('data', (op: OpItem) => {
+            if (settled) return;
+            markConnected();
+            if (!op.Sync) {
+              apply(store, op);
+              return;
+            }
+            const state = store.snapshot();
+            if (!synced) {
+              synced = true;
+              lastReason = undefined;
+              log.info(`synced with ${api}: ${state.services} services, ${state.endpoints} endpoints`);
+              status({ connected: true, synced: true, reconnects });
+            } else {
+              log.debug(`sync: ${state.services} services, ${state.endpoints} endpoints, ${state.bytes} bytes`);
+            }
+            try {
+              const pushed: unknown = sink.push(state);
+              if (pushed instanceof Promise) {
+                pushed.catch((err: unknown) => log.error(`state consumer failed: ${(err as Error)?.message ?? String(err)}`));
+              }
+            } catch (err) {
+              finish({ kind: 'fatal', error: err });
+              return;
+            }
+            if (options.once) return finish({ kind: 'done' });
+            // Ask for the next diff now: the consumer's pace is the runner's business.
+            call.write(request);
+          });
+          call.on('error', (err: unknown) => finish({ kind: 'failed', reason: describe(err), synced }));
+          call.on('status', (s: grpc.StatusObject) => {
+            // Errors arrive on 'error'; an OK status means the server ended the stream.
+            if (s.code === grpc.status.OK) finish({ kind: 'failed', reason: 'the server ended the stream', synced });
+          });
+
+          if (signal.aborted) return finish({ kind: 'done' });
+          signal.addEventListener('abort', onAbort, { once: true });
+          call.write(request);
+        });
+
+      status({ connected: false, synced: false, reconnects });
+      while (!signal.aborted) {
+        const outcome = await attempt();
+        if (outcome.kind === 'done') return;
+        if (outcome.kind === 'fatal') throw outcome.error;
+        if (signal.aborted) return;
+        // One warning per distinct failure; a server that stays down for an
+        // hour should not leave 3600 identical lines.
+        const line = `stream to ${api} failed: ${outcome.reason}; reconnecting in ${formatDelay(errorDelayMs)}`;
+        if (outcome.reason !== lastReason || outcome.synced) log.warn(line);
+        else log.debug(line);
+        lastReason = outcome.reason;
+        status({ connected: false, synced: false, reconnects, error: outcome.reason });
+        await sleep(errorDelayMs, signal);
+        if (signal.aborted) return;
+        reconnects++;
+      }
+    },
+  };
+}

@@ -1,0 +1,458 @@
+/**
+ * A small Kubernetes API server on loopback for tests: list and watch of
+ * Services, discovery.k8s.io/v1 EndpointSlices and Nodes with real object
+ * JSON, resourceVersions, ADDED/MODIFIED/DELETED/BOOKMARK events, label and
+ * field selectors applied server-side (including objects moving in and out of
+ * a watch's selection), 410 Gone for a compacted resourceVersion, dropped
+ * watch connections, 401/403 answers and bearer-token checks.
+ *
+ * Enough of the API for @kubernetes/client-node informers, nothing more.
+ */
+import { EventEmitter, once } from 'node:events';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/** A Kubernetes object as JSON. */
+export type KObject = {
+  metadata: { name: string; namespace?: string; labels?: Record<string, string>; resourceVersion?: string; [k: string]: unknown };
+  [k: string]: unknown;
+};
+
+/** The resources this server serves. */
+export type Resource = 'services' | 'endpointslices' | 'nodes';
+
+interface ResourceInfo {
+  path: string;
+  namespaced: boolean;
+  kind: string;
+  apiVersion: string;
+  group: string;
+}
+
+const resources: Record<Resource, ResourceInfo> = {
+  services: { path: '/api/v1/services', namespaced: true, kind: 'Service', apiVersion: 'v1', group: '' },
+  endpointslices: { path: '/apis/discovery.k8s.io/v1/endpointslices', namespaced: true, kind: 'EndpointSlice', apiVersion: 'discovery.k8s.io/v1', group: 'discovery.k8s.io' },
+  nodes: { path: '/api/v1/nodes', namespaced: false, kind: 'Node', apiVersion: 'v1', group: '' },
+};
+
+type EventType = 'ADDED' | 'MODIFIED' | 'DELETED';
+
+interface HistoryEvent {
+  rv: number;
+  resource: Resource;
+  type: EventType;
+  /** The object after the change (its last state, for DELETED). */
+  obj: KObject;
+  /** The object before the change (undefined for ADDED). */
+  old: KObject | undefined;
+}
+
+/** One request as received, for assertions. */
+export interface RequestRecord {
+  method: string;
+  path: string;
+  query: Record<string, string>;
+  watch: boolean;
+  status: number;
+}
+
+interface Watcher {
+  resource: Resource;
+  res: ServerResponse;
+  selector: Selector;
+  bookmarks: boolean;
+  timer?: NodeJS.Timeout;
+}
+
+type Selector = (obj: KObject) => boolean;
+
+/** Parses the equality-based label selectors the source uses (`a=b`, `a==b`, `a!=b`, `a`, `!a`). */
+export function parseLabelSelector(sel: string | undefined): Selector {
+  if (!sel) return () => true;
+  const reqs = sel.split(',').map((part): Selector => {
+    const p = part.trim();
+    let m: RegExpExecArray | null;
+    if ((m = /^([^!=]+?)\s*!=\s*(.*)$/.exec(p))) {
+      const [, k, v] = m as unknown as [string, string, string];
+      return (o) => o.metadata.labels?.[k] !== v;
+    }
+    if ((m = /^([^!=]+?)\s*==?\s*(.*)$/.exec(p))) {
+      const [, k, v] = m as unknown as [string, string, string];
+      return (o) => o.metadata.labels?.[k] === v;
+    }
+    if (p.startsWith('!')) {
+      const k = p.slice(1).trim();
+      return (o) => !(k in (o.metadata.labels ?? {}));
+    }
+    return (o) => p in (o.metadata.labels ?? {});
+  });
+  return (o) => reqs.every((r) => r(o));
+}
+
+/** Parses `metadata.name=x,metadata.namespace=y`. */
+function parseFieldSelector(sel: string | undefined): Selector {
+  if (!sel) return () => true;
+  const reqs = sel.split(',').map((part): Selector => {
+    const m = /^([^!=]+?)\s*(!=|==|=)\s*(.*)$/.exec(part.trim());
+    if (!m) throw new Error(`bad field selector ${part}`);
+    const [, field, op, v] = m as unknown as [string, string, string, string];
+    const get = (o: KObject): unknown => (field === 'metadata.name' ? o.metadata.name : field === 'metadata.namespace' ? o.metadata.namespace : undefined);
+    return op === '!=' ? (o) => get(o) !== v : (o) => get(o) === v;
+  });
+  return (o) => reqs.every((r) => r(o));
+}
+
+const keyOf = (o: KObject): string => `${o.metadata.namespace ?? ''}/${o.metadata.name}`;
+
+function status(code: number, reason: string, message: string, details?: Record<string, unknown>): Record<string, unknown> {
+  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, ...(details ? { details } : {}), code };
+}
+
+export interface KubeApiServerOptions {
+  /** Require `Authorization: Bearer TOKEN`; answer 401 otherwise. */
+  token?: string;
+}
+
+/** The fake API server. Mutate it with add/update/remove; watchers see the events. */
+export class KubeApiServer {
+  private server: Server | undefined;
+  private readonly sockets = new Set<Socket>();
+  private readonly objects: Record<Resource, Map<string, KObject>> = { services: new Map(), endpointslices: new Map(), nodes: new Map() };
+  private readonly history: HistoryEvent[] = [];
+  private readonly watchers = new Set<Watcher>();
+  private rv = 100;
+  /** Watches from a resourceVersion below this get 410 Gone. */
+  private compactedRv = 0;
+  private readonly forbidden = new Map<string, string>();
+  private uid = 0;
+  /** Every request received, in order. */
+  readonly requests: RequestRecord[] = [];
+  /** When set, a watch from an expired resourceVersion gets an HTTP 410 instead of a 200 with an ERROR event. */
+  expiredAsHttpStatus = false;
+  /** When set, watches ignore `timeoutSeconds` (a half-open connection looks like this). */
+  ignoreWatchTimeout = false;
+  private readonly token: string | undefined;
+  private readonly requestListeners = new Set<(r: RequestRecord) => void>();
+  private readonly events = new EventEmitter();
+
+  constructor(options: KubeApiServerOptions = {}) {
+    this.token = options.token;
+  }
+
+  /** Starts listening on 127.0.0.1 (on `port` when given, to bring a "down" server up). Returns the URL. */
+  async listen(port = 0): Promise<string> {
+    const server = createServer((req, res) => this.handle(req, res));
+    server.on('connection', (s) => {
+      this.sockets.add(s);
+      s.on('close', () => this.sockets.delete(s));
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, '127.0.0.1', () => resolve());
+    });
+    this.server = server;
+    return this.url;
+  }
+
+  get port(): number {
+    return (this.server!.address() as AddressInfo).port;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  /** Stops listening and cuts every connection. */
+  async close(): Promise<void> {
+    for (const w of this.watchers) clearTimeout(w.timer);
+    this.watchers.clear();
+    for (const s of this.sockets) s.destroy();
+    const server = this.server;
+    this.server = undefined;
+    if (server) await new Promise<void>((r) => server.close(() => r()));
+  }
+
+  /** A kubeconfig file (in a fresh temp dir) pointing at this server, with `token` when given. */
+  writeKubeconfig(options: { token?: string; url?: string } = {}): string {
+    const dir = mkdtempSync(join(tmpdir(), 'kubeconfig-'));
+    const file = join(dir, 'config');
+    writeFileSync(file, kubeconfigText(options.url ?? this.url, options.token));
+    return file;
+  }
+
+  /** Calls `fn` for every request received from now on; returns an unsubscribe function. */
+  onRequest(fn: (r: RequestRecord) => void): () => void {
+    this.requestListeners.add(fn);
+    return () => this.requestListeners.delete(fn);
+  }
+
+  /** Resolves at the first request matching `pred` (from now on). */
+  waitForRequest(pred: (r: RequestRecord) => boolean): Promise<RequestRecord> {
+    return new Promise((resolve) => {
+      const off = this.onRequest((r) => {
+        if (pred(r)) {
+          off();
+          resolve(r);
+        }
+      });
+    });
+  }
+
+  /** Resolves when at most `n` watch connections are open. */
+  async waitForWatchCount(n: number): Promise<void> {
+    while (this.watchCount() > n) await once(this.events, 'watchers');
+  }
+
+  /** Number of open watch connections (all resources, or one). */
+  watchCount(resource?: Resource): number {
+    let n = 0;
+    for (const w of this.watchers) if (!resource || w.resource === resource) n++;
+    return n;
+  }
+
+  /** The current resourceVersion. */
+  get resourceVersion(): string {
+    return String(this.rv);
+  }
+
+  /** Makes `verb` (list or watch) on `resource` answer 403 until `allow`. */
+  forbid(resource: Resource, verb: 'list' | 'watch', user = 'system:serviceaccount:kube-system:kpng-callout'): void {
+    this.forbidden.set(`${verb} ${resource}`, user);
+  }
+
+  allow(resource: Resource, verb: 'list' | 'watch'): void {
+    this.forbidden.delete(`${verb} ${resource}`);
+  }
+
+  /** Adds (or replaces) objects, one event each. */
+  add(resource: Resource, ...objs: KObject[]): void {
+    for (const o of objs) this.apply(resource, o);
+  }
+
+  /** Replaces an object (MODIFIED). */
+  update(resource: Resource, obj: KObject): void {
+    this.apply(resource, obj);
+  }
+
+  /** Deletes an object by namespace/name. Returns false when absent. */
+  remove(resource: Resource, namespace: string | undefined, name: string): boolean {
+    const key = `${namespace ?? ''}/${name}`;
+    const old = this.objects[resource].get(key);
+    if (!old) return false;
+    this.objects[resource].delete(key);
+    const obj = structuredClone(old);
+    obj.metadata.resourceVersion = String(++this.rv);
+    this.publish({ rv: this.rv, resource, type: 'DELETED', obj, old });
+    return true;
+  }
+
+  /** Returns a copy of a stored object. */
+  get(resource: Resource, namespace: string | undefined, name: string): KObject | undefined {
+    const o = this.objects[resource].get(`${namespace ?? ''}/${name}`);
+    return o ? structuredClone(o) : undefined;
+  }
+
+  /** Every stored object with its kind and apiVersion (for `convertObjects`). */
+  all(): KObject[] {
+    return (Object.keys(resources) as Resource[]).flatMap((r) =>
+      [...this.objects[r].values()].map((o) => ({ kind: resources[r].kind, apiVersion: resources[r].apiVersion, ...structuredClone(o) })),
+    );
+  }
+
+  /** Forgets history: a watch from any resourceVersion before now gets 410 Gone. */
+  compact(): void {
+    this.compactedRv = this.rv;
+    this.history.length = 0;
+  }
+
+  /** Sends an ERROR 410 event to open watches and ends them (as etcd compaction does). */
+  expireWatches(resource?: Resource): void {
+    this.compact();
+    for (const w of [...this.watchers]) {
+      if (resource && w.resource !== resource) continue;
+      this.send(w, { type: 'ERROR', object: status(410, 'Expired', 'too old resource version') });
+      this.endWatch(w);
+    }
+  }
+
+  /** Cuts open watch connections abruptly (socket destroyed mid-stream). */
+  dropWatches(resource?: Resource): void {
+    for (const w of [...this.watchers]) {
+      if (resource && w.resource !== resource) continue;
+      this.watchers.delete(w);
+      clearTimeout(w.timer);
+      w.res.socket?.destroy();
+    }
+  }
+
+  /** Ends open watches cleanly (as the server's watch timeout does). */
+  endWatches(resource?: Resource): void {
+    for (const w of [...this.watchers]) if (!resource || w.resource === resource) this.endWatch(w);
+  }
+
+  /** Sends a BOOKMARK at the current resourceVersion to watches that asked for bookmarks. */
+  bookmark(): void {
+    for (const w of this.watchers) {
+      if (!w.bookmarks) continue;
+      const info = resources[w.resource];
+      this.send(w, { type: 'BOOKMARK', object: { kind: info.kind, apiVersion: info.apiVersion, metadata: { resourceVersion: String(this.rv) } } });
+    }
+  }
+
+  private apply(resource: Resource, input: KObject): void {
+    const info = resources[resource];
+    const obj = structuredClone(input);
+    if (info.namespaced) obj.metadata.namespace ??= 'default';
+    const key = keyOf(obj);
+    const old = this.objects[resource].get(key);
+    obj.metadata.uid ??= old?.metadata.uid ?? `00000000-0000-4000-8000-${String(++this.uid).padStart(12, '0')}`;
+    obj.metadata.creationTimestamp ??= old?.metadata.creationTimestamp ?? '2021-10-18T00:00:00Z';
+    obj.metadata.resourceVersion = String(++this.rv);
+    delete obj.kind;
+    delete obj.apiVersion;
+    this.objects[resource].set(key, obj);
+    this.publish({ rv: this.rv, resource, type: old ? 'MODIFIED' : 'ADDED', obj, old });
+  }
+
+  private publish(ev: HistoryEvent): void {
+    this.history.push(ev);
+    for (const w of this.watchers) if (w.resource === ev.resource) this.deliver(w, ev);
+  }
+
+  /** Sends an event as the watch's selector sees it (objects entering or leaving the selection). */
+  private deliver(w: Watcher, ev: HistoryEvent): void {
+    const now = ev.type !== 'DELETED' && w.selector(ev.obj);
+    const before = ev.old !== undefined && w.selector(ev.old);
+    let type: string;
+    if (ev.type === 'DELETED') {
+      if (!before) return;
+      type = 'DELETED';
+    } else if (now && before) type = 'MODIFIED';
+    else if (now) type = 'ADDED';
+    else if (before) type = 'DELETED';
+    else return;
+    const info = resources[ev.resource];
+    this.send(w, { type, object: { kind: info.kind, apiVersion: info.apiVersion, ...ev.obj } });
+  }
+
+  private send(w: Watcher, event: unknown): void {
+    w.res.write(JSON.stringify(event) + '\n');
+  }
+
+  private endWatch(w: Watcher): void {
+    this.watchers.delete(w);
+    clearTimeout(w.timer);
+    w.res.end();
+  }
+
+  private handle(req: IncomingMessage, res: ServerResponse): void {
+    const url = new URL(req.url ?? '/', 'http://x');
+    const query = Object.fromEntries(url.searchParams);
+    const watch = query.watch === 'true' || query.watch === '1';
+    const record: RequestRecord = { method: req.method ?? 'GET', path: url.pathname, query, watch, status: 200 };
+    const reply = (code: number, body: unknown): void => {
+      record.status = code;
+      res.writeHead(code, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    try {
+      this.route(req, res, url, query, watch, record, reply);
+    } finally {
+      this.requests.push(record);
+      for (const fn of [...this.requestListeners]) fn(record);
+    }
+  }
+
+  private route(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    query: Record<string, string>,
+    watch: boolean,
+    record: RequestRecord,
+    reply: (code: number, body: unknown) => void,
+  ): void {
+    if (this.token !== undefined && req.headers.authorization !== `Bearer ${this.token}`) {
+      reply(401, status(401, 'Unauthorized', 'Unauthorized'));
+      return;
+    }
+    const resource = (Object.keys(resources) as Resource[]).find((r) => resources[r].path === url.pathname);
+    if (req.method !== 'GET' || !resource) {
+      reply(404, status(404, 'NotFound', `the server could not find the requested resource (${url.pathname})`));
+      return;
+    }
+    const info = resources[resource];
+    const verb = watch ? 'watch' : 'list';
+    const user = this.forbidden.get(`${verb} ${resource}`);
+    if (user !== undefined) {
+      const msg = `${resource}${info.group ? '.' + info.group : ''} is forbidden: User "${user}" cannot ${verb} resource "${resource}" in API group "${info.group}" at the cluster scope`;
+      reply(403, status(403, 'Forbidden', msg, { kind: resource, ...(info.group ? { group: info.group } : {}) }));
+      return;
+    }
+    let selector: Selector;
+    try {
+      const labels = parseLabelSelector(query.labelSelector);
+      const fields = parseFieldSelector(query.fieldSelector);
+      selector = (o) => labels(o) && fields(o);
+    } catch (err) {
+      reply(400, status(400, 'BadRequest', String(err)));
+      return;
+    }
+    if (!watch) {
+      const items = [...this.objects[resource].values()].filter(selector).sort((a, b) => (keyOf(a) < keyOf(b) ? -1 : 1));
+      reply(200, { kind: info.kind + 'List', apiVersion: info.apiVersion, metadata: { resourceVersion: String(this.rv) }, items });
+      return;
+    }
+    const from = query.resourceVersion ? Number(query.resourceVersion) : undefined;
+    if (from !== undefined && from < this.compactedRv) {
+      if (this.expiredAsHttpStatus) {
+        reply(410, status(410, 'Expired', `too old resource version: ${from} (${this.compactedRv})`));
+        return;
+      }
+      record.status = 200;
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ type: 'ERROR', object: status(410, 'Expired', `too old resource version: ${from} (${this.compactedRv})`) }) + '\n');
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    res.flushHeaders();
+    const w: Watcher = { resource, res, selector, bookmarks: query.allowWatchBookmarks === 'true' };
+    this.watchers.add(w);
+    res.on('close', () => {
+      this.watchers.delete(w);
+      clearTimeout(w.timer);
+      this.events.emit('watchers');
+    });
+    if (from === undefined) {
+      for (const o of this.objects[resource].values()) if (selector(o)) this.send(w, { type: 'ADDED', object: { kind: info.kind, apiVersion: info.apiVersion, ...o } });
+    } else {
+      for (const ev of this.history) if (ev.resource === resource && ev.rv > from) this.deliver(w, ev);
+    }
+    const timeout = Number(query.timeoutSeconds);
+    if (timeout > 0 && !this.ignoreWatchTimeout) w.timer = setTimeout(() => this.endWatch(w), timeout * 1000);
+  }
+}
+
+/** Kubeconfig text for a plain-HTTP server (which needs insecure-skip-tls-verify). */
+export function kubeconfigText(url: string, token?: string): string {
+  return [
+    'apiVersion: v1',
+    'kind: Config',
+    'clusters:',
+    '- name: test',
+    '  cluster:',
+    `    server: ${url}`,
+    '    insecure-skip-tls-verify: true',
+    'users:',
+    '- name: test',
+    `  user: ${token !== undefined ? `{token: ${token}}` : '{}'}`,
+    'contexts:',
+    '- name: test',
+    '  context: {cluster: test, user: test}',
+    'current-context: test',
+    '',
+  ].join('\n');
+}

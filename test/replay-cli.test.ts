@@ -1,0 +1,187 @@
+/**
+ * `kpng-callout replay` and `kpng-json replay`: the built bins as child
+ * processes on real fixture files and real callout scripts. Waits on output
+ * lines (markers), never on fixed sleeps.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import t from 'tap';
+import { within } from './helpers/sink.js';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const bin = (tool: string): string => join(root, 'bin', tool);
+const blogYaml = join(root, 'fixtures', 'kpng-example.yaml');
+const blogJsonl = readFileSync(join(root, 'fixtures', 'kpng-example.jsonl'), 'utf8');
+
+const item = (name: string) => `{"Service":{"Namespace":"default","Name":"${name}","Type":"ClusterIP","SessionAffinity":null},"Endpoints":null}\n`;
+
+interface Child {
+  proc: ChildProcess;
+  stdout: string[];
+  stderr: string[];
+  /** Resolves with the first line (past or future) of `stream` matching `re`. */
+  line(stream: 'stdout' | 'stderr', re: RegExp, what?: string): Promise<string>;
+  exit: Promise<number | null>;
+  /** Exited and both pipes read to their end. */
+  done: Promise<number | null>;
+}
+
+/** Runs a bin from `cwd` with a clean environment; `env -u NODE_OPTIONS` drops tap's loaders. */
+function run(t: Tap.Test, tool: string, args: string[], o: { env?: NodeJS.ProcessEnv; cwd?: string; stdin?: string } = {}): Child {
+  const proc = spawn('/usr/bin/env', ['-u', 'NODE_OPTIONS', process.execPath, bin(tool), ...args], {
+    env: { PATH: process.env.PATH, ...o.env },
+    cwd: o.cwd ?? root,
+    stdio: [o.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+  });
+  if (o.stdin !== undefined) proc.stdin!.end(o.stdin);
+  const out: Record<'stdout' | 'stderr', string[]> = { stdout: [], stderr: [] };
+  const waiters: Array<{ stream: 'stdout' | 'stderr'; re: RegExp; resolve: (l: string) => void }> = [];
+  const closed: Array<Promise<unknown>> = [];
+  for (const stream of ['stdout', 'stderr'] as const) {
+    const rl = createInterface(proc[stream]!);
+    closed.push(once(rl, 'close'));
+    rl.on('line', (l) => {
+      out[stream].push(l);
+      for (const w of [...waiters]) {
+        if (w.stream === stream && w.re.test(l)) {
+          waiters.splice(waiters.indexOf(w), 1);
+          w.resolve(l);
+        }
+      }
+    });
+  }
+  const exit = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
+  const done = Promise.all([exit, ...closed]).then(() => exit);
+  t.teardown(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGKILL');
+      await exit;
+    }
+  });
+  return {
+    proc,
+    ...out,
+    exit,
+    done,
+    line(stream, re, what = `${stream} line ${re}`) {
+      const hit = out[stream].find((l) => re.test(l));
+      if (hit !== undefined) return Promise.resolve(hit);
+      return within(
+        new Promise<string>((resolve) => waiters.push({ stream, re, resolve })),
+        `waiting for ${what}; stdout: ${out.stdout.join('\n')}; stderr: ${out.stderr.join('\n')}`,
+      );
+    },
+  };
+}
+
+/** All of a child's stdout once it exited. */
+async function finished(c: Child): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const code = await within(c.done, 'waiting for exit');
+  return { code, stdout: c.stdout.map((l) => l + '\n').join(''), stderr: c.stderr.join('\n') };
+}
+
+function tmp(t: Tap.Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'replay-cli-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** Writes an executable script, replacing it atomically as editors do (an in-place rewrite could hit ETXTBSY). */
+function script(path: string, body: string): string {
+  writeFileSync(path + '.new', `#!/bin/sh\n${body}\n`);
+  chmodSync(path + '.new', 0o755);
+  renameSync(path + '.new', path);
+  return path;
+}
+
+t.test('the Quick start: the blog example through the default callout (/bin/cat)', async (t) => {
+  const c = run(t, 'kpng-callout', ['replay', '--node-name', 'vm-002', '--service-proxy-name', 'kpng-example', 'fixtures/kpng-example.yaml']);
+  const r = await finished(c);
+  t.equal(r.code, 0);
+  t.equal(r.stdout, blogJsonl);
+  t.match(r.stderr, /callout run finished run=1 status=ok/);
+});
+
+t.test('kpng-json replay: every form prints the same canonical state; stdin', async (t) => {
+  const dir = tmp(t);
+  writeFileSync(join(dir, 'blog.jsonl'), blogJsonl);
+  writeFileSync(join(dir, 'blog.json'), JSON.stringify([JSON.parse(blogJsonl)], null, 2));
+  const args = ['replay', '--node-name', 'vm-002', '--service-proxy-name', 'kpng-example'];
+  for (const f of [blogYaml, join(dir, 'blog.jsonl'), join(dir, 'blog.json')]) {
+    const r = await finished(run(t, 'kpng-json', [...args, f]));
+    t.same([r.code, r.stdout, r.stderr], [0, blogJsonl, ''], f);
+  }
+  const r = await finished(run(t, 'kpng-json', [...args, '-'], { stdin: readFileSync(blogYaml, 'utf8') }));
+  t.same([r.code, r.stdout], [0, blogJsonl], 'stdin');
+  const lr = await finished(run(t, 'kpng-json', ['replay', '--with-service-labels', 'service.kubernetes.io/*', '--node-name', 'vm-002', '--service-proxy-name', 'kpng-example', blogYaml]));
+  t.match(lr.stdout, /^\{"Service":\{"Namespace":"default","Name":"kpng-example","Type":"ClusterIP","Labels":\{"service.kubernetes.io\/service-proxy-name":"kpng-example"\},"IPs"/);
+});
+
+t.test('several paths and a directory: one run each, in order; the exit status is the first failure', async (t) => {
+  const dir = tmp(t);
+  const states = join(dir, 'states');
+  mkdirSync(states);
+  writeFileSync(join(states, '02-fail3.jsonl'), item('fail3'));
+  writeFileSync(join(states, '01-ok.jsonl'), item('ok'));
+  writeFileSync(join(states, '03-fail5.jsonl'), item('fail5'));
+  writeFileSync(join(dir, 'last.jsonl'), item('last'));
+  // Prints the run number and the service; exits with the digit in the name of a "failN" service.
+  const callout = script(join(dir, 'callout'), 'in=$(cat); name=$(echo "$in" | sed -n \'s/.*"Name":"\\([^"]*\\)".*/\\1/p\'); echo "run $KPNG_CALLOUT_RUN $name"; case "$name" in fail*) exit ${name#fail};; esac; exit 0');
+  const r = await finished(run(t, 'kpng-callout', ['replay', '--callout', callout, states, join(dir, 'last.jsonl')]));
+  t.equal(r.stdout, 'run 1 ok\nrun 2 fail3\nrun 3 fail5\nrun 4 last\n');
+  t.equal(r.code, 3, 'the first failing run decides');
+  const ok = await finished(run(t, 'kpng-callout', ['replay', '--callout', callout, join(states, '01-ok.jsonl'), join(dir, 'last.jsonl')]));
+  t.same([ok.code, ok.stdout], [0, 'run 1 ok\nrun 2 last\n']);
+});
+
+t.test('bad input: file:line:col: reason, no stack trace, exit 1, nothing run', async (t) => {
+  const dir = tmp(t);
+  writeFileSync(join(dir, 'good.jsonl'), item('good'));
+  writeFileSync(join(dir, 'bad.yaml'), 'apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n  - port: eighty\n');
+  const r = await finished(run(t, 'kpng-callout', ['replay', 'good.jsonl', 'bad.yaml'], { cwd: dir }));
+  t.equal(r.code, 1);
+  t.equal(r.stdout, '', 'nothing ran');
+  t.equal(r.stderr, 'kpng-callout error: bad.yaml:7:11: spec.ports[0].port: expected an integer, got "eighty"');
+  const u = await finished(run(t, 'kpng-json', ['replay', '--watch', '-']));
+  t.same([u.code, u.stderr], [2, 'kpng-json: --watch cannot watch - (stdin)\n(run kpng-json --help for usage)']);
+  const m = await finished(run(t, 'kpng-json', ['replay', 'missing.yaml'], { cwd: dir }));
+  t.same([m.code, m.stderr], [1, 'kpng-callout error: missing.yaml: no such file or directory']);
+});
+
+t.test('--watch: re-runs on a fixture edit and on a callout edit; a broken fixture keeps the last good state', async (t) => {
+  const dir = tmp(t);
+  const fx = join(dir, 'fixtures');
+  mkdirSync(fx);
+  writeFileSync(join(fx, 'state.jsonl'), item('one'));
+  const callout = script(join(dir, 'callout.sh'), 'echo "A $(sed -n \'s/.*"Name":"\\([^"]*\\)".*/\\1/p\')"');
+  // A bare name is looked up in $PATH (as the runner does), so it is not watched; ./callout.sh is.
+  const c = run(t, 'kpng-callout', ['replay', '--watch', '--debounce', '10ms', '--callout', 'callout.sh', 'fixtures'], { cwd: dir, env: { PATH: `${dir}:${process.env.PATH}` } });
+  await c.line('stdout', /^A one$/);
+  await c.line('stderr', /watching fixtures for changes/);
+  c.proc.kill('SIGTERM');
+  t.equal(await within(c.exit, 'exit on SIGTERM'), 0);
+
+  const w = run(t, 'kpng-callout', ['replay', '--watch', '--debounce', '10ms', '--callout', './callout.sh', 'fixtures'], { cwd: dir });
+  await w.line('stdout', /^A one$/);
+  await w.line('stderr', /watching fixtures, \.\/callout\.sh for changes/);
+  writeFileSync(join(fx, 'state.jsonl'), item('two'));
+  await w.line('stdout', /^A two$/, 'the run after the fixture edit');
+  script(callout, 'echo "B $(sed -n \'s/.*"Name":"\\([^"]*\\)".*/\\1/p\')"');
+  await w.line('stdout', /^B two$/, 'the run after the callout edit');
+  writeFileSync(join(fx, 'state.jsonl'), '{"Service":{"Name":"three",}}\n');
+  const err = await w.line('stderr', /error/);
+  t.equal(err, "kpng-callout error: fixtures/state.jsonl:1:28: unexpected '}' after ',' (trailing comma) (keeping its last good state)");
+  script(callout, 'echo "C $(sed -n \'s/.*"Name":"\\([^"]*\\)".*/\\1/p\')"');
+  await w.line('stdout', /^C two$/, 'the last good state runs with the new callout');
+  writeFileSync(join(fx, 'state.jsonl'), item('four'));
+  await w.line('stdout', /^C four$/, 'fixed fixture runs');
+  t.same(w.stdout, ['A one', 'A two', 'B two', 'C two', 'C four']);
+  t.same(w.stderr.filter((l) => / error: /.test(l)), [err], 'one error line');
+  w.proc.kill('SIGTERM');
+  t.equal(await within(w.exit, 'exit on SIGTERM'), 0);
+});

@@ -1,0 +1,142 @@
+/**
+ * Fixture reading (src/sources/fixture.ts): every input form gives the same
+ * canonical state, and bad input gives `file:line:col: reason`.
+ */
+import { readFileSync } from 'node:fs';
+import t from 'tap';
+import { CalloutError } from '../../src/errors.js';
+import { parseFixture, type FixtureOptions } from '../../src/sources/fixture.js';
+import { stateText } from '../../src/state.js';
+import { captureLog } from '../helpers/sink.js';
+
+const blogYaml = readFileSync(new URL('../../fixtures/kpng-example.yaml', import.meta.url), 'utf8');
+const blogJsonl = readFileSync(new URL('../../fixtures/kpng-example.jsonl', import.meta.url), 'utf8');
+const blogOpts: FixtureOptions = { nodeName: 'vm-002', serviceProxyName: 'kpng-example' };
+
+const parse = (text: string, file: string, opts: Partial<FixtureOptions> = {}) => stateText(parseFixture(text, file, { ...blogOpts, ...opts }));
+
+function errorOf(text: string, file: string, opts: Partial<FixtureOptions> = {}): string {
+  try {
+    parseFixture(text, file, { ...blogOpts, ...opts });
+  } catch (err) {
+    if (err instanceof CalloutError && err.code === 'input') return err.message;
+    throw err;
+  }
+  return 'no error';
+}
+
+const two =
+  '{"Service":{"Namespace":"a","Name":"x","Type":"ClusterIP","IPs":{"ClusterIPs":{"V4":["10.0.0.1"]}},"SessionAffinity":null},"Endpoints":null}\n' +
+  '{"Service":{"Namespace":"b","Name":"y","Type":"ClusterIP","SessionAffinity":{"ClientIP":{"TimeoutSeconds":5}}},"Endpoints":[{"IPs":{"V4":["10.1.0.1"]},"Local":true,"PortOverrides":[{"Port":80}],"Scopes":{"Internal":true,"External":true}}]}\n';
+
+t.test('NDJSON as kpng-json prints it, blank lines ignored', async (t) => {
+  t.equal(parse(blogJsonl, 'x.jsonl'), blogJsonl);
+  t.equal(parse('\n' + two.replace('\n', '\n\n  \r\n'), 'x.jsonl'), two);
+  t.equal(parse(two, 'x.ndjson'), two);
+  t.equal(parse(two, 'no-extension'), two, 'sniffed');
+  t.equal(parse(two, 'x.json'), two, 'several lines in a .json file');
+  t.equal(parse('', 'x.jsonl'), '', 'empty: the empty state');
+});
+
+t.test('kpng-json items keep their order and are printed canonically', async (t) => {
+  // Out of path order, keys reordered, zero values spelled out, pretty-printed: printed as kpng-json would.
+  const messy = `[
+  {"Endpoints": [{"Scopes": {"External": true, "Internal": false}, "IPs": {"V4": ["10.1.0.1"]}, "Local": false}],
+   "Service": {"Name": "z", "Namespace": "b", "Ports": [{"Port": 80, "Protocol": 1, "Name": ""}], "MapIP": false}},
+  {"Service": {"Namespace": "a", "Name": "a", "IPs": {"ClusterIPs": {}, "Headless": true}, "Labels": {"b": "1", "a": "<&>"}}}
+]`;
+  t.equal(
+    parse(messy, 'items.json'),
+    '{"Service":{"Namespace":"b","Name":"z","Ports":[{"Protocol":1,"Port":80}],"SessionAffinity":null},"Endpoints":[{"IPs":{"V4":["10.1.0.1"]},"Scopes":{"External":true}}]}\n' +
+      '{"Service":{"Namespace":"a","Name":"a","Labels":{"a":"\\u003c\\u0026\\u003e","b":"1"},"IPs":{"ClusterIPs":{},"Headless":true},"SessionAffinity":null},"Endpoints":null}\n',
+  );
+  t.equal(parse(JSON.stringify(JSON.parse(blogJsonl)), 'one-item.json'), blogJsonl, 'a single item');
+  t.equal(parse('[]', 'empty.json'), '');
+  t.equal(parse(`- Service: {Namespace: a, Name: x}\n  Endpoints: null\n`, 'items.yaml'), '{"Service":{"Namespace":"a","Name":"x","SessionAffinity":null},"Endpoints":null}\n', 'items in YAML');
+});
+
+t.test('manifests: YAML documents, kind List, typed lists, JSON', async (t) => {
+  t.equal(parse(blogYaml, 'kpng-example.yaml'), blogJsonl, 'YAML documents');
+  const objs = blogYaml
+    .split(/^---$/m)
+    .map((d) => d.trim());
+  // kubectl get svc,endpointslices -A -o yaml
+  const indent = (s: string) => s.split('\n').filter((l) => !l.startsWith('#')).map((l, i) => (i === 0 ? '- ' : '  ') + l).join('\n');
+  const list = `apiVersion: v1\nkind: List\nmetadata:\n  resourceVersion: ""\nitems:\n${objs.map(indent).join('\n')}\n`;
+  t.equal(parse(list, 'list.yaml'), blogJsonl, 'kind: List');
+  t.equal(parse(list, 'list.yml'), blogJsonl, '.yml');
+  // The same List as JSON (kubectl get -o json), pretty-printed; and sniffed without extension.
+  const { parse: yparse } = await import('yaml');
+  const json = JSON.stringify(yparse(list), null, 2);
+  t.equal(parse(json, 'list.json'), blogJsonl, 'JSON List');
+  t.equal(parse(json, 'list'), blogJsonl, 'JSON List, sniffed');
+  t.equal(parse(JSON.stringify(yparse(list)), 'list.txt'), blogJsonl, 'one-line JSON List');
+  // Typed lists (kubectl get --raw) leave kind/apiVersion out of the items.
+  const l = yparse(list) as { items: Array<Record<string, unknown>> };
+  const strip = (o: Record<string, unknown>) => Object.fromEntries(Object.entries(o).filter(([k]) => k !== 'kind' && k !== 'apiVersion'));
+  const svcList = { apiVersion: 'v1', kind: 'ServiceList', items: l.items.filter((o) => o.kind === 'Service').map(strip) };
+  const sliceList = { apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSliceList', items: l.items.filter((o) => o.kind === 'EndpointSlice').map(strip) };
+  t.equal(parse(JSON.stringify([svcList, sliceList]), 'typed.json'), blogJsonl, 'ServiceList + EndpointSliceList');
+  t.equal(parse(`${JSON.stringify(svcList)}\n${JSON.stringify(sliceList)}\n`, 'typed.jsonl'), blogJsonl, 'one object per line');
+  t.equal(parse('# nothing\n---\n---\n', 'empty.yaml'), '', 'empty documents');
+});
+
+t.test('other kinds are logged once each, with their position', async (t) => {
+  const log = captureLog();
+  const yaml = `${blogYaml}---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kpng-alpine
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: cm, namespace: kube-system}
+`;
+  t.equal(parse(yaml, 'fixtures/mixed.yaml', { logger: log.logger }), blogJsonl);
+  t.same(log.matching(/ignoring/), [
+    'kpng-callout info: fixtures/mixed.yaml:117:1: ignoring apps/v1 DaemonSet kpng-alpine: not a v1 Service, discovery.k8s.io/v1 EndpointSlice or v1 Node',
+    'kpng-callout info: fixtures/mixed.yaml:125:3: ignoring v1 ConfigMap kube-system/cm: not a v1 Service, discovery.k8s.io/v1 EndpointSlice or v1 Node',
+  ]);
+});
+
+t.test('bad input: file, line, column and reason', async (t) => {
+  t.equal(errorOf('apiVersion: v1\nkind: Service\nmetadata:\n  name: x\n   bad: 1\n', 'fixtures/bad.yaml'), 'fixtures/bad.yaml:4:9: Nested mappings are not allowed in compact mappings');
+  t.equal(errorOf('a: 1\na: 2\n', 'dup.yaml'), 'dup.yaml:2:1: Map keys must be unique');
+  t.equal(errorOf('kind: Service\nspec: [1, 2\n', 'flow.yaml'), 'flow.yaml:3:1: Flow sequence in block collection must be sufficiently indented and end with a ]');
+  t.equal(
+    errorOf('apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  ports:\n  - port: http\n', 'fixtures/svc.yaml'),
+    'fixtures/svc.yaml:6:11: spec.ports[0].port: expected an integer, got "http"',
+  );
+  t.equal(errorOf('apiVersion: v1\nkind: Service\nmetadata:\n  namespace: x\n', 'noname.yaml'), 'noname.yaml:4:3: metadata.name: missing name');
+  t.equal(
+    errorOf(`apiVersion: v1\nkind: List\nitems:\n- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {name: s, labels: {kubernetes.io/service-name: kpng-example}}\n  endpoints:\n  - addresses: [10.0.0.1]\n    conditions: {ready: "yes"}\n`, 'list.yaml'),
+    'list.yaml:9:25: endpoints[0].conditions.ready: expected true or false, got "yes"',
+    'an EndpointSlice of a Service that is not in the fixture is checked too',
+  );
+  t.equal(errorOf('- 1\n- 2\n', 'scalars.yaml'), 'scalars.yaml:1:3: expected a Kubernetes object, got 1');
+  t.equal(errorOf('just text\n', 'text.yaml'), 'text.yaml:1:1: expected a Kubernetes object, got "just text"');
+  t.equal(errorOf('a: *nope\n', 'alias.yaml'), 'alias.yaml:1:1: Unresolved alias (the anchor must be set before the alias): nope');
+  // NDJSON: the line of the bad item, the column in it.
+  const lines = two.split('\n');
+  t.equal(errorOf(`${lines[0]}\n\n{"Service":{"Name":"x",}}\n`, 'fixtures/bad.jsonl'), "fixtures/bad.jsonl:3:24: unexpected '}' after ',' (trailing comma)");
+  t.equal(errorOf(`${lines[0]}\n{"Service":{"Name":"x","Ports":[{"Port":"80"}]}}\n`, 'p.jsonl'), 'p.jsonl:2:41: Service.Ports[0].Port: expected a 32-bit integer, got "80"');
+  t.equal(errorOf('{"Service":{"Name":"x","Lables":{}}}\n', 'typo.jsonl'), 'typo.jsonl:1:33: Service.Lables: unknown field "Lables" (expected one of Namespace, Name, Type, Labels, Annotations, IPs, IPFilters, MapIP, Ports, ExternalTrafficToLocal, SessionAffinity, InternalTrafficToLocal, HealthCheckNodePort)');
+  t.equal(errorOf('{"Endpoints":null}\n{"Service":{"Name":"x"}}\n', 'nosvc.jsonl'), 'nosvc.jsonl:1:1: Service: missing Service');
+  t.equal(errorOf('{"Service":{"Name":"x"},"Endpoints":[null]}\n', 'null.jsonl'), 'null.jsonl:1:38: Endpoints[0]: expected an endpoint, got null');
+  t.equal(errorOf('{"Service":{"Namespace":"a"}}\n', 'n.jsonl'), 'n.jsonl:1:12: Service.Name: missing Service name');
+  t.equal(errorOf('not json\n', 'x.jsonl'), "x.jsonl:1:1: unexpected 'n', expected a value");
+  // A JSON document: line and column in it.
+  t.equal(errorOf('[\n  {"Service": {"Name": "a"}},\n  {"Service": {"Name": "b"}\n]\n', 'items.json'), "items.json:4:1: unexpected ']', expected ',' or '}'");
+  t.equal(errorOf('{\n  "kind": "List",\n  "items": [\n    {"kind": "Service", "apiVersion": "v1", "metadata": {"name": 7}}\n  ]\n}\n', 'list.json'), 'list.json:4:66: metadata.name: expected a string, got 7');
+  t.equal(errorOf('{"kind": "List", "items": {}}', 'l.json'), 'l.json:1:27: items: expected a list');
+  t.equal(errorOf('{"a": "\u0001"}', 'ctl.json'), 'ctl.json:1:8: character U+0001 in string (escape it)');
+  t.equal(errorOf('[1, 2', 'eof.json'), 'eof.json:1:6: unexpected end of input, expected \',\' or \']\'');
+  t.equal(errorOf('{"a": 01}', 'num.json'), 'num.json:1:8: invalid number');
+  t.equal(errorOf('nope', 'word.json'), "word.json:1:1: unexpected 'n', expected a value");
+  t.equal(errorOf(`${lines[0]}\n- {kind: Service}\n`, 'mixed.json'), "mixed.json:2:1: unexpected '-', expected a value");
+  t.equal(errorOf(`${two}{"apiVersion":"v1","kind":"Service","metadata":{"name":"x"}}\n`, 'mix.jsonl'), 'mix.jsonl:1:1: a kpng-json item ({"Service":…}) among Kubernetes objects: a fixture is either kpng-json output or manifests');
+});
