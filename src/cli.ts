@@ -332,8 +332,8 @@ export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) =
     .option('--watch', 'keep running: re-run when a fixture (or the callout, when it is a file) changes', false)
     .option('--service-proxy-name <name>', 'keep the Services labelled service.kubernetes.io/service-proxy-name=NAME (default: those without that label, as kube-proxy)')
     .option('--node-zone <zone>', "the node's zone, for topology hints (default: the topology.kubernetes.io/zone label of the node's Node object in the fixture, else none)")
-    .option('--with-service-labels <globs>', 'send the Service labels matching these globs (comma-separated, repeatable; default none, as kpng)', collectGlobs, [])
-    .option('--with-service-annotations <globs>', 'send the Service annotations matching these globs (comma-separated, repeatable; default none, as kpng)', collectGlobs, []);
+    .addOption(new Option('--with-service-labels <globs>', 'send the Service labels whose keys match these globs (comma-separated, repeatable; `*` for all), as kpng').argParser(collectGlobs).default([], 'none'))
+    .addOption(new Option('--with-service-annotations <globs>', 'send the Service annotations whose keys match these globs (comma-separated, repeatable; `*` for all), as kpng').argParser(collectGlobs).default([], 'none'));
   replay.action((paths: string[], o: Record<string, unknown>) => {
     const common = commonFrom(o, io);
     const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;

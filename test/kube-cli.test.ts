@@ -2,71 +2,19 @@
  * `kpng-json kube` and `kpng-callout kube`: the built bins as child processes
  * against a list/watch server on loopback.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 import { convertObjects } from '../src/convert/kubernetes.js';
 import { stateText } from '../src/state.js';
 import { KubeApiServer } from './helpers/kube-api-server.js';
 import { blogObjects, blogState, node, service, slice } from './helpers/kube-objects.js';
-import { within } from './helpers/sink.js';
+import { runBin, type BinProcess } from './helpers/bin-process.js';
 
-const bin = (tool: string): string => fileURLToPath(new URL(`../bin/${tool}`, import.meta.url));
-
-interface Child {
-  proc: ChildProcess;
-  stdout: string[];
-  stderr: string[];
-  /** Resolves with the first line (past or future) of `stream` matching `re`. */
-  line(stream: 'stdout' | 'stderr', re: RegExp, what?: string, ms?: number): Promise<string>;
-  exit: Promise<number | null>;
-}
-
-/**
- * Runs a bin with a clean environment (no KUBECONFIG, no in-cluster variables,
- * an empty HOME). `env -u NODE_OPTIONS`: tap injects its loaders into every
- * child's NODE_OPTIONS, and they cannot load an extensionless ESM bin.
- */
-function run(t: Test, tool: string, args: string[], env: NodeJS.ProcessEnv = {}): Child {
-  const home = mkdtempSync(join(tmpdir(), 'home-'));
-  const proc = spawn('/usr/bin/env', ['-u', 'NODE_OPTIONS', process.execPath, bin(tool), ...args], {
-    env: { PATH: process.env.PATH, HOME: home, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const out: Record<'stdout' | 'stderr', string[]> = { stdout: [], stderr: [] };
-  const waiters: Array<{ stream: 'stdout' | 'stderr'; re: RegExp; resolve: (l: string) => void }> = [];
-  for (const stream of ['stdout', 'stderr'] as const) {
-    createInterface(proc[stream]!).on('line', (l) => {
-      out[stream].push(l);
-      for (const w of [...waiters]) {
-        if (w.stream === stream && w.re.test(l)) {
-          waiters.splice(waiters.indexOf(w), 1);
-          w.resolve(l);
-        }
-      }
-    });
-  }
-  const exit = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
-  t.teardown(async () => {
-    if (proc.exitCode === null && proc.signalCode === null) {
-      proc.kill('SIGTERM');
-      await exit;
-    }
-  });
-  return {
-    proc,
-    ...out,
-    exit,
-    line(stream, re, what = String(re), ms = 30_000) {
-      const hit = out[stream].find((l) => re.test(l));
-      if (hit !== undefined) return Promise.resolve(hit);
-      return within(new Promise<string>((resolve) => waiters.push({ stream, re, resolve })), `${what} on ${stream} (${out.stderr.slice(-3).join(' | ')})`, ms);
-    },
-  };
+/** Runs a bin with a clean environment: no KUBECONFIG, no in-cluster variables, an empty HOME. */
+function run(t: Test, tool: string, args: string[], env: NodeJS.ProcessEnv = {}): BinProcess {
+  return runBin(t, tool, args, { env: { HOME: mkdtempSync(join(tmpdir(), 'home-')), ...env } });
 }
 
 t.test('kpng-json kube --once prints the blog state for the node hosting the local pods', async (t) => {
@@ -78,21 +26,21 @@ t.test('kpng-json kube --once prints the blog state for the node hosting the loc
   const kubeconfig = srv.writeKubeconfig();
   // --kubeconfig, and NODE_NAME from the environment (as the DaemonSet sets it).
   const a = run(t, 'kpng-json', ['kube', '--once', '--kubeconfig', kubeconfig, '--service-proxy-name', 'kpng-example'], { NODE_NAME: 'vm-002' });
-  t.equal(await a.exit, 0, a.stderr.join('\n'));
+  t.equal(await a.done, 0, a.stderr.join('\n'));
   t.equal(a.stdout.join('\n') + '\n', blogState());
   // $KUBECONFIG, --node-name; the other node sees the other pod as Local.
   // --with-service-labels as kpng's.
   const b = run(t, 'kpng-json', ['kube', '--once', '--node-name', 'vm-001', '--service-proxy-name', 'kpng-example', '--with-service-labels', 'service.kubernetes.io/*'], {
     KUBECONFIG: kubeconfig,
   });
-  t.equal(await b.exit, 0);
+  t.equal(await b.done, 0);
   const line = JSON.parse(b.stdout[0]!) as { Service: { Labels?: unknown }; Endpoints: Array<{ IPs: { V4?: string[]; V6?: string[] }; Local?: boolean }> };
   t.same(line.Service.Labels, { 'service.kubernetes.io/service-proxy-name': 'kpng-example' });
   const eps = line.Endpoints;
   t.same(eps.filter((e) => e.Local).map((e) => [...(e.IPs.V4 ?? []), ...(e.IPs.V6 ?? [])][0]).sort(), ['11.0.1.2', '1100::102']);
   // Without --service-proxy-name the example Service is not ours: an empty state.
   const c = run(t, 'kpng-json', ['kube', '--once', '--node-name', 'vm-002', '--kubeconfig', kubeconfig]);
-  t.equal(await c.exit, 0);
+  t.equal(await c.done, 0);
   t.same(c.stdout, []);
 });
 
@@ -172,16 +120,18 @@ t.test('API down at start, then 403: a clear line each, no run before every list
 });
 
 t.test('configuration errors', async (t) => {
-  const none = run(t, 'kpng-json', ['kube', '--once']);
-  t.equal(await none.exit, 1);
-  t.match(none.stderr.join('\n'), /no Kubernetes API configuration: no --kubeconfig, \$KUBECONFIG unset, not in a cluster \(KUBERNETES_SERVICE_HOST unset\) and no .*\.kube\/config/);
-  const missing = run(t, 'kpng-json', ['kube', '--once', '--kubeconfig', '/nonexistent/config']);
-  t.equal(await missing.exit, 2);
-  t.match(missing.stderr.join('\n'), /--kubeconfig \/nonexistent\/config: cannot read file \(ENOENT\)/);
-  const env = run(t, 'kpng-json', ['kube', '--once'], { KUBECONFIG: '/nonexistent/a:/nonexistent/b' });
-  t.equal(await env.exit, 2);
-  t.match(env.stderr.join('\n'), /\$KUBECONFIG \/nonexistent\/a:\/nonexistent\/b: no such file/);
-  const name = run(t, 'kpng-json', ['kube', '--once', '--service-proxy-name', 'not a label!']);
-  t.equal(await name.exit, 2);
-  t.match(name.stderr.join('\n'), /--service-proxy-name "not a label!": expected a label value/);
+  // [args, env, exit status, stderr]; run side by side.
+  const cases: Array<[string[], NodeJS.ProcessEnv, number, RegExp]> = [
+    [[], {}, 1, /no Kubernetes API configuration: no --kubeconfig, \$KUBECONFIG unset, not in a cluster \(KUBERNETES_SERVICE_HOST unset\) and no .*\.kube\/config/],
+    [['--kubeconfig', '/nonexistent/config'], {}, 2, /--kubeconfig \/nonexistent\/config: cannot read file \(ENOENT\)/],
+    [[], { KUBECONFIG: '/nonexistent/a:/nonexistent/b' }, 2, /\$KUBECONFIG \/nonexistent\/a:\/nonexistent\/b: no such file/],
+    [['--service-proxy-name', 'not a label!'], {}, 2, /--service-proxy-name "not a label!": expected a label value/],
+    [['--with-service-labels', '[oops'], {}, 2, /--with-service-labels "\[oops": invalid glob/],
+  ];
+  const procs = cases.map(([args, env]) => run(t, 'kpng-json', ['kube', '--once', ...args], env));
+  for (const [i, [args, , status, re]] of cases.entries()) {
+    const p = procs[i]!;
+    t.equal(await p.done, status, args.join(' '));
+    t.match(p.stderr.join('\n'), re);
+  }
 });

@@ -1,6 +1,6 @@
 # Shared by kpng-example-allip and kpng-example-allip-nft: sourced, not run.
 #
-# allip_plan PROG
+# allip_plan PROG DIR
 #   Reads the node-local state (one {"Service":...,"Endpoints":[...]} line per
 #   Service) on stdin and writes the desired "all-ip" mapping on stdout, one
 #   line per external IP that has at least one local endpoint of its family:
@@ -8,10 +8,12 @@
 #     4 EXTERNAL-IP ENDPOINT-IP [ENDPOINT-IP...]
 #     6 EXTERNAL-IP ENDPOINT-IP [ENDPOINT-IP...]
 #
-#   Every address on stdout has passed a strict literal IPv4/IPv6 check, so
-#   the lines hold nothing but [0-9A-Fa-f:.] and spaces. Everything else is
-#   logged on stderr, prefixed with PROG, and skipped. Returns non-zero (and
-#   prints nothing) when the input cannot be read as JSON.
+#   Every address on stdout has passed a strict literal IPv4/IPv6 check and is
+#   written in its canonical form (IPv6 as inet_ntop and iptables-save write
+#   it), so the lines hold nothing but [0-9a-f:.] and spaces. Everything else
+#   is logged on stderr, prefixed with PROG, and skipped. Returns non-zero
+#   (and prints nothing) when jq is missing or the input is not JSON. DIR is a
+#   private directory for a scratch file.
 #
 #   External IPs are the Service's ExternalIPs plus its LoadBalancerIPs (set
 #   KPNG_ALLIP_LB_IPS=0 to leave load-balancer IPs out). Endpoints are those
@@ -28,11 +30,15 @@
 
 allip_plan() {
 	_allip_prog=$1
+	if ! command -v jq >/dev/null 2>&1; then
+		printf '%s: jq is missing; nothing changed\n' "$_allip_prog" >&2
+		return 1
+	fi
 	case ${KPNG_ALLIP_LB_IPS:-1} in
 	0 | false | no) _allip_lb=false ;;
 	*) _allip_lb=true ;;
 	esac
-	_allip_raw=$(mktemp) || return 1
+	_allip_raw=$2/allip-plan.tsv
 	# shellcheck disable=SC2016 # $i, $k, $lb... are jq variables
 	if ! jq -r --argjson lb "$_allip_lb" '
 		. as $i
@@ -46,7 +52,6 @@ allip_plan() {
 		| map(tostring) | @tsv
 	' >"$_allip_raw"; then
 		printf '%s: cannot read the state as JSON lines; nothing changed\n' "$_allip_prog" >&2
-		rm -f -- "$_allip_raw"
 		return 1
 	fi
 	awk -v prog="$_allip_prog" '
@@ -136,7 +141,4 @@ allip_plan() {
 			print fam " " k eps
 		}
 	}' "$_allip_raw"
-	_allip_rc=$?
-	rm -f -- "$_allip_raw"
-	return $_allip_rc
 }

@@ -43,6 +43,7 @@ export interface KubeMeta {
   annotations?: Record<string, string> | null;
 }
 
+/** One entry of a Service's `spec.ports`. */
 export interface KubeServicePort {
   name?: string | null;
   protocol?: string | null;
@@ -140,6 +141,7 @@ function describe(v: unknown): string {
 
 type P = Array<string | number>;
 
+// Typed readers: undefined/null read as absent; a wrong type throws with the field's path.
 function obj(v: unknown, path: P): Record<string, unknown> | undefined {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'object' || Array.isArray(v)) throw new ConversionError(path, `expected an object, got ${describe(v)}`);

@@ -163,6 +163,12 @@ const CALLOUTS = [
   { name: 'kpng-example-allip-nft', path: 'callouts/kpng-example-allip-nft' },
 ] as const;
 
+/** Topologies not closed yet: closed on exit too, for a run that tap times out or interrupts. */
+const opened = new Set<Topology>();
+process.once('exit', () => {
+  for (const topo of opened) topo.close();
+});
+
 /** Four namespaces and two pod servers; `close` removes everything, whatever happened. */
 class Topology {
   readonly ns: { client: string; node: string; pod1: string; pod2: string };
@@ -173,6 +179,7 @@ class Topology {
   constructor(tag: string) {
     const base = `${NS_PREFIX}${process.pid}-${tag}`;
     this.ns = { client: `${base}-cl`, node: `${base}-nd`, pod1: `${base}-p1`, pod2: `${base}-p2` };
+    opened.add(this);
   }
 
   async open(): Promise<void> {
@@ -236,6 +243,7 @@ class Topology {
 
   /** Synchronous, so that it completes even when tap times the test out. */
   close(): void {
+    opened.delete(this);
     for (const child of this.servers) child.kill('SIGKILL');
     for (const n of Object.values(this.ns)) spawnSync('ip', ['netns', 'del', n], { stdio: 'ignore' });
     if (this.dir) rmSync(this.dir, { recursive: true, force: true });
@@ -336,7 +344,7 @@ for (const callout of CALLOUTS) {
       t.end();
     });
 
-    await t.test('the same state applied twice leaves one copy of each rule', async (t) => {
+    await t.test('the same state applied twice leaves one copy of each rule; hand edits are undone', async (t) => {
       const state: ServiceSpec[] = [{ name: 'web', xips4: [v4], xips6: [v6], local: ['pod1'], remote: ['pod2'] }];
       await apply(t, state);
       const once = await topo.rules(callout.path);
@@ -354,6 +362,20 @@ for (const callout of CALLOUTS) {
       } else {
         t.equal(twice.match(/^table /gm)?.length, 1, 'one table');
       }
+
+      // Hand edits inside what the callout owns are undone by the next run.
+      const inNode = (...cmd: string[]) => must('ip', ['netns', 'exec', topo.ns.node, ...cmd]);
+      if (!callout.path.endsWith('-nft')) {
+        await inNode('iptables', '-t', 'nat', '-A', 'KPNG-ALLIP', '-d', '192.0.2.99/32', '-j', 'DNAT', '--to-destination', PODS.pod2.v4);
+        await inNode('iptables', '-t', 'nat', '-A', 'PREROUTING', '-j', 'KPNG-ALLIP');
+        await inNode('ip6tables', '-t', 'nat', '-D', 'OUTPUT', '-j', 'KPNG-ALLIP');
+      } else {
+        await inNode('nft', 'add', 'element', 'inet', 'kpng_allip', 'dnat4', `{ 192.0.2.99 : ${PODS.pod2.v4} }`);
+        await inNode('nft', 'flush', 'chain', 'inet', 'kpng_allip', 'output');
+      }
+      t.not(await topo.rules(callout.path), once, 'the ruleset was edited by hand');
+      await apply(t, state);
+      t.equal(await topo.rules(callout.path), once, 'the next run restores exactly the state');
       t.end();
     });
 

@@ -527,3 +527,19 @@ t.test('XXH64 matches the reference vectors', async (t) => {
   t.equal(h('abc'), '44bc2cf5ad770999');
   t.equal(h('Nobody inspects the spammish repetition'), 'fbcea83c8a378bf1');
 });
+
+t.test('golden: the realistic fixtures, seen from a node', async (t) => {
+  const { parseFixture } = await import('../../src/sources/fixture.js');
+  const golden = new URL('./golden/', import.meta.url);
+  // `<fixture>.<node>.jsonl`: fixtures/<fixture>.yaml replayed with --node-name <node>.
+  for (const [fixture, node] of [
+    ['dual-stack-cluster', 'kind-worker'],
+    ['dual-stack-cluster', 'kind-control-plane'],
+    ['nodeport-local', 'node-a'],
+    ['no-endpoints', 'node-a'],
+  ] as const) {
+    const yaml = readFileSync(new URL(`../../fixtures/${fixture}.yaml`, import.meta.url), 'utf8');
+    const want = readFileSync(new URL(`${fixture}.${node}.jsonl`, golden), 'utf8');
+    t.equal(stateText(parseFixture(yaml, `${fixture}.yaml`, { nodeName: node })), want, `${fixture} on ${node}`);
+  }
+});
