@@ -9,12 +9,11 @@ import { constants as osConstants } from 'node:os';
 import { Command, CommanderError, Option } from 'commander';
 import { CalloutError, usageError } from './errors.js';
 import { createLogger, type Logger } from './log.js';
-import { parseDuration, parseHostPort, parseNonEmpty, parseSize } from './options.js';
+import { parseDuration, parseHostPort, parseNonEmpty, parseServiceProxyName, parseSize } from './options.js';
 import type { Source, StateSink } from './source.js';
 import type { State } from './state.js';
 import { Runner, type RunResult } from './runner.js';
 import { createKpngSource } from './sources/kpng.js';
-import { createKubeSource, loadKubeConfig, parseServiceProxyName } from './sources/kube.js';
 import { compileGlobs, splitGlobList } from './convert/glob.js';
 import { checkReplayPaths, createReplaySource } from './sources/replay.js';
 
@@ -94,10 +93,10 @@ function readOptFile(option: string, path: string): Buffer {
   }
 }
 
-function commonFrom(o: Record<string, unknown>, io: CliIO): CommonOptions {
+function commonFrom(o: Record<string, unknown>, io: CliIO, tool: Tool): CommonOptions {
   const nodeName = o.nodeName !== undefined ? parseNonEmpty('--node-name', String(o.nodeName)) : io.env.NODE_NAME || hostname();
   const verbosity = o.quiet ? -1 : Number(o.verbose ?? 0);
-  const logger = createLogger({ format: o.logFormat === 'json' ? 'json' : 'text', verbosity, write: (l) => void io.stderr.write(l) });
+  const logger = createLogger({ name: tool, format: o.logFormat === 'json' ? 'json' : 'text', verbosity, write: (l) => void io.stderr.write(l) });
   return { nodeName, once: Boolean(o.once), logger };
 }
 
@@ -260,6 +259,34 @@ async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number> {
   return stopping ? 0 : status;
 }
 
+/** Options that choose which Services a Kubernetes-object source keeps and what it sends (replay manifests, kube). */
+function addServiceFilterOptions(cmd: Command, verb: string): Command {
+  const collect = (v: string, prev: string[]): string[] => [...prev, ...splitGlobList(v)];
+  return cmd
+    .option('--service-proxy-name <name>', `${verb} the Services labelled service.kubernetes.io/service-proxy-name=NAME (default: those without that label, as kube-proxy)`)
+    .addOption(new Option('--with-service-labels <globs>', 'send the Service labels whose keys match these globs (comma-separated, repeatable; `*` for all), as kpng').argParser(collect).default([], 'none'))
+    .addOption(new Option('--with-service-annotations <globs>', 'send the Service annotations whose keys match these globs (comma-separated, repeatable; `*` for all), as kpng').argParser(collect).default([], 'none'));
+}
+
+/** Validated values of addServiceFilterOptions. */
+function serviceFilterFrom(o: Record<string, unknown>) {
+  const serviceProxyName = o.serviceProxyName !== undefined ? parseServiceProxyName('--service-proxy-name', String(o.serviceProxyName)) : undefined;
+  const globs = (option: string, v: unknown) => {
+    try {
+      return compileGlobs(v as string[]);
+    } catch (err) {
+      throw usageError(option, JSON.stringify((v as string[]).join(',')), (err as Error).message);
+    }
+  };
+  const labels = globs('--with-service-labels', o.withServiceLabels);
+  const annotations = globs('--with-service-annotations', o.withServiceAnnotations);
+  return {
+    ...(serviceProxyName !== undefined ? { serviceProxyName } : {}),
+    ...(labels ? { labels } : {}),
+    ...(annotations ? { annotations } : {}),
+  };
+}
+
 /** Builds the commander program for one tool. `run` receives the finished pipeline. */
 export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) => void): Command {
   const program = new Command(tool);
@@ -276,7 +303,7 @@ export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) =
   addKpngOptions(addCommonOptions(program, tool));
   // Subcommands (sources): replay and kube register below the default kpng source.
   program.action((o: Record<string, unknown>) => {
-    const common = commonFrom(o, io);
+    const common = commonFrom(o, io, tool);
     const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
     const source = kpngSourceFrom(o, common);
     done(runPipeline({ tool, source, common, ...(runner ? { runner } : {}), mode: 'live' }, io));
@@ -285,34 +312,22 @@ export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) =
   // --- kube: the Kubernetes API as the source (src/sources/kube.ts, docs/kube.md).
   // Options after a subcommand's name must be the subcommand's, not the program's.
   program.enablePositionalOptions();
-  const kube = addCommonOptions(program.command('kube'), tool)
+  const kube = addServiceFilterOptions(addCommonOptions(program.command('kube'), tool), 'handle')
     .description("Watch the Kubernetes API (Services, EndpointSlices, this node's Node) and compute this node's state as kpng did.")
-    .option('--kubeconfig <path>', 'kubeconfig file (default: $KUBECONFIG, else the in-cluster service account when $KUBERNETES_SERVICE_HOST is set, else ~/.kube/config)')
-    .option('--service-proxy-name <name>', 'handle the Services labelled service.kubernetes.io/service-proxy-name=NAME (default: those without that label, as kube-proxy)')
-    .option('--with-service-labels <globs>', 'send the Service labels matching these globs (comma-separated, repeatable; default none, as kpng)', (v: string, prev: string[]) => [...prev, ...splitGlobList(v)], [])
-    .option('--with-service-annotations <globs>', 'send the Service annotations matching these globs (comma-separated, repeatable; default none, as kpng)', (v: string, prev: string[]) => [...prev, ...splitGlobList(v)], []);
-  kube.action((o: Record<string, unknown>) => {
-    const common = commonFrom(o, io);
+    .option('--kubeconfig <path>', 'kubeconfig file (default: $KUBECONFIG, else the in-cluster service account when $KUBERNETES_SERVICE_HOST is set, else ~/.kube/config)');
+  kube.action(async (o: Record<string, unknown>) => {
+    const common = commonFrom(o, io, tool);
     const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
-    const serviceProxyName = o.serviceProxyName !== undefined ? parseServiceProxyName('--service-proxy-name', String(o.serviceProxyName)) : undefined;
-    const globs = (option: string, v: string[]) => {
-      try {
-        return compileGlobs(v);
-      } catch (err) {
-        throw usageError(option, JSON.stringify(v.join(',')), (err as Error).message);
-      }
-    };
-    const labels = globs('--with-service-labels', o.withServiceLabels as string[]);
-    const annotations = globs('--with-service-annotations', o.withServiceAnnotations as string[]);
+    const filter = serviceFilterFrom(o);
     const kubeconfig = o.kubeconfig !== undefined ? parseNonEmpty('--kubeconfig', String(o.kubeconfig)) : undefined;
+    // Loaded on demand: the Kubernetes client costs ~0.6 s of start-up the other sources don't need.
+    const { createKubeSource, loadKubeConfig } = await import('./sources/kube.js');
     const { kubeConfig, from } = loadKubeConfig({ ...(kubeconfig !== undefined ? { kubeconfig } : {}), env: io.env });
     const source = createKubeSource({
       kubeConfig,
       configFrom: from,
       nodeName: common.nodeName,
-      ...(serviceProxyName !== undefined ? { serviceProxyName } : {}),
-      ...(labels ? { labels } : {}),
-      ...(annotations ? { annotations } : {}),
+      ...filter,
       once: common.once,
       logger: common.logger,
     });
@@ -321,37 +336,23 @@ export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) =
   // --- end kube
 
   // --- replay: fixture files as successive states (src/sources/replay.ts).
-  program.enablePositionalOptions();
-  const collectGlobs = (v: string, prev: string[]): string[] => [...prev, ...splitGlobList(v)];
-  const replay = addCommonOptions(program.command('replay'), tool)
+  const replay = addServiceFilterOptions(addCommonOptions(program.command('replay'), tool), 'keep')
     .description(
       'Run each fixture as one complete state, in order: kpng-json NDJSON, a JSON array of {Service, Endpoints} items, or Kubernetes manifests ' +
         '(YAML/JSON, several documents or a List: Services, discovery.k8s.io/v1 EndpointSlices, Nodes). A directory stands for its fixture files in name order; - reads stdin.',
     )
     .argument('<path...>', 'fixture files, directories, or - for stdin')
     .option('--watch', 'keep running: re-run when a fixture (or the callout, when it is a file) changes', false)
-    .option('--service-proxy-name <name>', 'keep the Services labelled service.kubernetes.io/service-proxy-name=NAME (default: those without that label, as kube-proxy)')
-    .option('--node-zone <zone>', "the node's zone, for topology hints (default: the topology.kubernetes.io/zone label of the node's Node object in the fixture, else none)")
-    .addOption(new Option('--with-service-labels <globs>', 'send the Service labels whose keys match these globs (comma-separated, repeatable; `*` for all), as kpng').argParser(collectGlobs).default([], 'none'))
-    .addOption(new Option('--with-service-annotations <globs>', 'send the Service annotations whose keys match these globs (comma-separated, repeatable; `*` for all), as kpng').argParser(collectGlobs).default([], 'none'));
+    .option('--node-zone <zone>', "the node's zone, for topology hints (default: the topology.kubernetes.io/zone label of the node's Node object in the fixture, else none)");
   replay.action((paths: string[], o: Record<string, unknown>) => {
-    const common = commonFrom(o, io);
+    const common = commonFrom(o, io, tool);
     const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
     const watchMode = Boolean(o.watch);
     if (watchMode && common.once) throw new CalloutError('usage', '--watch and --once exclude each other');
     const bad = checkReplayPaths(paths, watchMode);
     if (bad) throw new CalloutError('usage', bad);
-    const serviceProxyName = o.serviceProxyName !== undefined ? parseServiceProxyName('--service-proxy-name', String(o.serviceProxyName)) : undefined;
+    const filter = serviceFilterFrom(o);
     const nodeZone = o.nodeZone !== undefined ? String(o.nodeZone) : undefined;
-    const globs = (option: string, v: unknown) => {
-      try {
-        return compileGlobs(v as string[]);
-      } catch (err) {
-        throw usageError(option, JSON.stringify((v as string[]).join(',')), (err as Error).message);
-      }
-    };
-    const labels = globs('--with-service-labels', o.withServiceLabels);
-    const annotations = globs('--with-service-annotations', o.withServiceAnnotations);
     // Watch the callout too when it names a file (a bare name is looked up in $PATH).
     let watchExtra: string[] = [];
     if (watchMode && runner && runner.callout.includes('/')) {
@@ -367,9 +368,7 @@ export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) =
       once: common.once,
       nodeName: common.nodeName,
       ...(nodeZone !== undefined ? { nodeZone } : {}),
-      ...(serviceProxyName !== undefined ? { serviceProxyName } : {}),
-      ...(labels ? { labels } : {}),
-      ...(annotations ? { annotations } : {}),
+      ...filter,
       watchExtra,
       ...(runner ? { debounceMs: runner.debounceMs, maxWaitMs: runner.maxWaitMs } : {}),
       stdin: io.proc.stdin,

@@ -22,6 +22,8 @@ export interface LoggerOptions {
   verbosity?: number;
   /** Where lines go; default process.stderr. */
   write?: (line: string) => void;
+  /** Program name at the start of text lines (default kpng-callout). */
+  name?: string;
   /** Clock, for tests. */
   now?: () => Date;
 }
@@ -38,6 +40,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
   const verbosity = options.verbosity ?? 0;
   const write = options.write ?? ((line: string) => void process.stderr.write(line));
   const now = options.now ?? (() => new Date());
+  const name = options.name ?? 'kpng-callout';
   const emit = (level: LogLevel, msg: string, fields?: LogFields): void => {
     if (rank[level] > verbosity) return;
     if (format === 'json') {
@@ -46,7 +49,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       write(JSON.stringify(rec) + '\n');
       return;
     }
-    let line = `kpng-callout ${level}: ${msg}`;
+    let line = `${name} ${level}: ${msg}`;
     if (fields) {
       for (const [k, v] of Object.entries(fields)) if (v !== undefined) line += ` ${k}=${textValue(v)}`;
     }

@@ -58,3 +58,15 @@ export function parseNonEmpty(option: string, value: string): string {
   if (value.trim() === '') throw usageError(option, '""', 'expected a non-empty value');
   return value;
 }
+
+/**
+ * Validates `--service-proxy-name`: a label value (at most 63 characters of
+ * letters, digits, `-`, `_`, `.`, starting and ending with a letter or digit),
+ * since the API server rejects a selector with anything else.
+ */
+export function parseServiceProxyName(option: string, value: string): string {
+  if (!/^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$/.test(value)) {
+    throw usageError(option, JSON.stringify(value), 'expected a label value: 1-63 letters, digits, "-", "_" or ".", starting and ending with a letter or digit');
+  }
+  return value;
+}

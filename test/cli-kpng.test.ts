@@ -131,7 +131,7 @@ t.test('--max-msg-size: a clear error, then reconnects', async (t) => {
   const server = await serve(t, [big, big]);
   const cli = kpngJson(t, ['--api', server.address, '--node-name', 'n', '--max-msg-size', '1KiB', '--error-delay', '10ms']);
   const err = await cli.waitForStderr(/reconnecting/);
-  t.match(err, /kpng-callout warn: stream to 127\.0\.0\.1:\d+ failed: RESOURCE_EXHAUSTED: .*a message exceeded --max-msg-size \(1024 bytes\), raise --max-msg-size; reconnecting in 10ms/);
+  t.match(err, /kpng-json warn: stream to 127\.0\.0\.1:\d+ failed: RESOURCE_EXHAUSTED: .*a message exceeded --max-msg-size \(1024 bytes\), raise --max-msg-size; reconnecting in 10ms/);
   await server.waitForStreams(2);
   cli.child.kill('SIGTERM');
   t.equal(await exited(cli), 0);

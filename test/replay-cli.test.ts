@@ -150,7 +150,7 @@ t.test('bad input: file:line:col: reason, no stack trace, exit 1, nothing run', 
   const u = await finished(run(t, 'kpng-json', ['replay', '--watch', '-']));
   t.same([u.code, u.stderr], [2, 'kpng-json: --watch cannot watch - (stdin)\n(run kpng-json --help for usage)']);
   const m = await finished(run(t, 'kpng-json', ['replay', 'missing.yaml'], { cwd: dir }));
-  t.same([m.code, m.stderr], [1, 'kpng-callout error: missing.yaml: no such file or directory']);
+  t.same([m.code, m.stderr], [1, 'kpng-json error: missing.yaml: no such file or directory']);
 });
 
 t.test('--watch: re-runs on a fixture edit and on a callout edit; a broken fixture keeps the last good state', async (t) => {

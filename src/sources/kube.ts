@@ -18,6 +18,7 @@
  * - a state is pushed only when it differs from the last one pushed (kpng's
  *   server sent a Sync only for a non-empty diff).
  */
+export { parseServiceProxyName } from '../options.js';
 import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { delimiter, join } from 'node:path';
@@ -627,14 +628,3 @@ function runKube(options: KubeSourceOptions, sink: StateSink, signal: AbortSigna
   });
 }
 
-/**
- * Validates `--service-proxy-name`: a label value (at most 63 characters of
- * letters, digits, `-`, `_`, `.`, starting and ending with a letter or digit),
- * since the API server rejects a selector with anything else.
- */
-export function parseServiceProxyName(option: string, value: string): string {
-  if (!/^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$/.test(value)) {
-    throw usageError(option, JSON.stringify(value), 'expected a label value: 1-63 letters, digits, "-", "_" or ".", starting and ending with a letter or digit');
-  }
-  return value;
-}
