@@ -2,9 +2,10 @@
 # source (`kpng-callout kube`); see manifests/ and docs/kube.md.
 FROM node:20-bookworm-slim
 
-# What the bundled callouts run: iptables(-restore), nft, jq (sh and awk are in the base image).
+# What the bundled callouts run: iptables(-restore), nft, jq (sh and awk are in the base image);
+# tini as PID 1 reaps the callouts' orphaned grandchildren (Node does not).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends iptables nftables jq \
+ && apt-get install -y --no-install-recommends iptables nftables jq tini \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/kpng-callout
@@ -19,5 +20,5 @@ RUN npm run build \
  && npm cache clean --force
 
 ENV PATH=/opt/kpng-callout/bin:$PATH
-ENTRYPOINT ["kpng-callout"]
+ENTRYPOINT ["/usr/bin/tini", "--", "kpng-callout"]
 CMD ["kube"]

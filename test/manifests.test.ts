@@ -114,7 +114,7 @@ t.test('the DaemonSet: host network, capabilities, NODE_NAME from the downward A
   t.match(dockerfile, /npm ci/);
   t.match(dockerfile, /npm run build/);
   t.match(dockerfile, /npm prune --omit=dev/);
-  t.match(dockerfile, /ENTRYPOINT \["kpng-callout"\]/);
+  t.match(dockerfile, /ENTRYPOINT \["\/usr\/bin\/tini", "--", "kpng-callout"\]/);
   for (const p of ['bin', 'src', 'proto', 'callouts']) t.ok(imageCopies().some((cp) => cp.src === p), `copies ${p}/`);
 });
 
