@@ -3,83 +3,23 @@
  * processes on real fixture files and real callout scripts. Waits on output
  * lines (markers), never on fixed sleeps.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { runBin, type BinProcess } from './helpers/bin-process.js';
 import t from 'tap';
 import { within } from './helpers/sink.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const bin = (tool: string): string => join(root, 'bin', tool);
 const blogYaml = join(root, 'fixtures', 'kpng-example.yaml');
 const blogJsonl = readFileSync(join(root, 'fixtures', 'kpng-example.jsonl'), 'utf8');
 
 const item = (name: string) => `{"Service":{"Namespace":"default","Name":"${name}","Type":"ClusterIP","SessionAffinity":null},"Endpoints":null}\n`;
 
-interface Child {
-  proc: ChildProcess;
-  stdout: string[];
-  stderr: string[];
-  /** Resolves with the first line (past or future) of `stream` matching `re`. */
-  line(stream: 'stdout' | 'stderr', re: RegExp, what?: string): Promise<string>;
-  exit: Promise<number | null>;
-  /** Exited and both pipes read to their end. */
-  done: Promise<number | null>;
-}
+type Child = BinProcess;
+const run = runBin;
 
-/** Runs a bin from `cwd` with a clean environment; `env -u NODE_OPTIONS` drops tap's loaders. */
-function run(t: Tap.Test, tool: string, args: string[], o: { env?: NodeJS.ProcessEnv; cwd?: string; stdin?: string } = {}): Child {
-  const proc = spawn('/usr/bin/env', ['-u', 'NODE_OPTIONS', process.execPath, bin(tool), ...args], {
-    env: { PATH: process.env.PATH, ...o.env },
-    cwd: o.cwd ?? root,
-    stdio: [o.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
-  });
-  if (o.stdin !== undefined) proc.stdin!.end(o.stdin);
-  const out: Record<'stdout' | 'stderr', string[]> = { stdout: [], stderr: [] };
-  const waiters: Array<{ stream: 'stdout' | 'stderr'; re: RegExp; resolve: (l: string) => void }> = [];
-  const closed: Array<Promise<unknown>> = [];
-  for (const stream of ['stdout', 'stderr'] as const) {
-    const rl = createInterface(proc[stream]!);
-    closed.push(once(rl, 'close'));
-    rl.on('line', (l) => {
-      out[stream].push(l);
-      for (const w of [...waiters]) {
-        if (w.stream === stream && w.re.test(l)) {
-          waiters.splice(waiters.indexOf(w), 1);
-          w.resolve(l);
-        }
-      }
-    });
-  }
-  const exit = new Promise<number | null>((resolve) => proc.on('exit', (code) => resolve(code)));
-  const done = Promise.all([exit, ...closed]).then(() => exit);
-  t.teardown(async () => {
-    if (proc.exitCode === null && proc.signalCode === null) {
-      proc.kill('SIGKILL');
-      await exit;
-    }
-  });
-  return {
-    proc,
-    ...out,
-    exit,
-    done,
-    line(stream, re, what = `${stream} line ${re}`) {
-      const hit = out[stream].find((l) => re.test(l));
-      if (hit !== undefined) return Promise.resolve(hit);
-      return within(
-        new Promise<string>((resolve) => waiters.push({ stream, re, resolve })),
-        `waiting for ${what}; stdout: ${out.stdout.join('\n')}; stderr: ${out.stderr.join('\n')}`,
-      );
-    },
-  };
-}
-
-/** All of a child's stdout once it exited. */
 async function finished(c: Child): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const code = await within(c.done, 'waiting for exit');
   return { code, stdout: c.stdout.map((l) => l + '\n').join(''), stderr: c.stderr.join('\n') };
