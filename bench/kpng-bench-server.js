@@ -70,14 +70,22 @@ const RESET = frame(marshalOpItem({ Reset: {} }));
  * `onSync(stream, seq, hrtime, ops)` observes every Sync written.
  */
 export async function startBenchServer({ services, perService, port = 0, onSync = () => {} }) {
-  // The full state as one buffer of frames: a fresh stream gets it in one write.
+  // The full state as one buffer of frames: a fresh stream gets it in one
+  // write. As kpng, in plain byte order of the paths.
+  const byPath = [];
+  for (let i = 0; i < services; i++) byPath.push([Buffer.from(servicePath(i)), i, -1]);
+  for (let i = 0; i < services; i++) for (let j = 0; j < perService; j++) byPath.push([Buffer.from(endpointPath(i, j)), i, j]);
+  byPath.sort((a, b) => Buffer.compare(a[0], b[0]));
   const parts = [RESET];
   const epFrames = new Array(services * perService);
-  for (let i = 0; i < services; i++) {
-    parts.push(setOp(1, servicePath(i), marshalService(service(i))));
-    for (let j = 0; j < perService; j++) {
+  /** Index in `parts` of each endpoint's frame. */
+  const epPart = new Uint32Array(services * perService);
+  for (const [, i, j] of byPath) {
+    if (j < 0) parts.push(setOp(1, servicePath(i), marshalService(service(i))));
+    else {
       const f = setOp(2, endpointPath(i, j), marshalEndpoint(endpoint(i, j)));
       epFrames[i * perService + j] = f;
+      epPart[i * perService + j] = parts.length;
       parts.push(f);
     }
   }
@@ -114,7 +122,7 @@ export async function startBenchServer({ services, perService, port = 0, onSync 
     versions[k]++;
     const f = setOp(2, endpointPath(i, j), marshalEndpoint(endpoint(i, j, versions[k])));
     epFrames[k] = f;
-    parts[1 + i * (1 + perService) + 1 + j] = f;
+    parts[epPart[k]] = f;
     full = undefined;
     for (const st of streams) {
       st.dirty.add(k);

@@ -13,9 +13,9 @@ import { parseDuration, parseHostPort, parseNonEmpty, parseServiceProxyName, par
 import type { Source, StateSink } from './source.js';
 import type { State } from './state.js';
 import { Runner, type RunResult } from './runner.js';
+import type { Metrics, MetricsServer } from './metrics.js';
 import { createKpngSource } from './sources/kpng.js';
 import { compileGlobs, splitGlobList } from './convert/glob.js';
-import { checkReplayPaths, createReplaySource } from './sources/replay.js';
 
 /** Which program is running: the callout runner or the JSON printer. */
 export type Tool = 'kpng-callout' | 'kpng-json';
@@ -35,6 +35,8 @@ export interface CommonOptions {
   nodeName: string;
   once: boolean;
   logger: Logger;
+  /** `--metrics-addr`: serve /metrics, /healthz, /readyz there (src/metrics.ts). */
+  metricsAddr?: string;
 }
 
 /** Runner options, validated (kpng-callout only). */
@@ -44,6 +46,8 @@ interface RunnerFlags {
   maxWaitMs: number;
   timeoutMs: number;
   resyncPeriodMs: number;
+  retryMinMs: number;
+  retryMaxMs: number;
 }
 
 /** Exit status for a run's result, as a shell would report it. */
@@ -62,14 +66,17 @@ function addCommonOptions(cmd: Command, tool: Tool): Command {
     .option('--once', 'wait for the first complete state, ' + (tool === 'kpng-json' ? 'print it and exit' : 'run the callout once and exit with its status'), false)
     .addOption(new Option('--log-format <format>', 'log line format on stderr').choices(['text', 'json']).default('text'))
     .option('-v, --verbose', 'more logs (repeat for more)', (_v: string, prev: number) => prev + 1, 0)
-    .option('-q, --quiet', 'only warnings and errors', false);
+    .option('-q, --quiet', 'only warnings and errors', false)
+    .option('--metrics-addr <host:port>', 'serve Prometheus /metrics, /healthz and /readyz on this address (off by default)');
   if (tool === 'kpng-callout') {
     cmd
       .option('--callout <prog>', 'program to run with the state on stdin (default: $CALLOUT, else /bin/cat)')
       .option('--debounce <duration>', 'quiet time after the last change before a run (0 = run at once)', '100ms')
       .option('--max-wait <duration>', 'longest delay from the first pending change to its run', '1s')
       .option('--timeout <duration>', 'per-run time limit: SIGTERM to the callout process group, SIGKILL 5s later', '60s')
-      .option('--resync-period <duration>', 're-run the callout with the current state this often, even if unchanged (0 = off)', '0');
+      .option('--resync-period <duration>', 're-run the callout with the current state this often, even if unchanged (0 = off)', '0')
+      .option('--retry-min <duration>', 'first retry delay after a failed run, doubling (with jitter) at each failure', '1s')
+      .option('--retry-max <duration>', 'longest retry delay', '30s');
   }
   return cmd;
 }
@@ -97,7 +104,8 @@ function commonFrom(o: Record<string, unknown>, io: CliIO, tool: Tool): CommonOp
   const nodeName = o.nodeName !== undefined ? parseNonEmpty('--node-name', String(o.nodeName)) : io.env.NODE_NAME || hostname();
   const verbosity = o.quiet ? -1 : Number(o.verbose ?? 0);
   const logger = createLogger({ name: tool, format: o.logFormat === 'json' ? 'json' : 'text', verbosity, write: (l) => void io.stderr.write(l) });
-  return { nodeName, once: Boolean(o.once), logger };
+  const metricsAddr = o.metricsAddr !== undefined ? parseHostPort('--metrics-addr', String(o.metricsAddr), true) : undefined;
+  return { nodeName, once: Boolean(o.once), logger, ...(metricsAddr !== undefined ? { metricsAddr } : {}) };
 }
 
 function runnerFrom(o: Record<string, unknown>, io: CliIO): RunnerFlags {
@@ -110,7 +118,16 @@ function runnerFrom(o: Record<string, unknown>, io: CliIO): RunnerFlags {
     maxWaitMs: parseDuration('--max-wait', String(o.maxWait)),
     timeoutMs,
     resyncPeriodMs: parseDuration('--resync-period', String(o.resyncPeriod)),
+    ...retryFrom(o),
   };
+}
+
+function retryFrom(o: Record<string, unknown>): { retryMinMs: number; retryMaxMs: number } {
+  const retryMinMs = parseDuration('--retry-min', String(o.retryMin));
+  const retryMaxMs = parseDuration('--retry-max', String(o.retryMax));
+  if (retryMinMs <= 0) throw usageError('--retry-min', String(o.retryMin), 'expected a duration above 0');
+  if (retryMaxMs < retryMinMs) throw usageError('--retry-max', String(o.retryMax), `expected at least --retry-min (${String(o.retryMin)})`);
+  return { retryMinMs, retryMaxMs };
 }
 
 /** Builds the kpng gRPC source from validated options. */
@@ -177,6 +194,30 @@ async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number> {
   let stopping = false;
   const pushes: Promise<void>[] = [];
 
+  // --metrics-addr (src/metrics.ts), loaded only when asked: prom-client costs startup time.
+  let metrics: Metrics | undefined;
+  let metricsServer: MetricsServer | undefined;
+  if (common.metricsAddr !== undefined) {
+    const m = await import('./metrics.js');
+    const mt = (metrics = new m.Metrics({ runner: tool === 'kpng-callout' }));
+    metricsServer = await m.serveMetrics(mt, common.metricsAddr, log);
+    const hooks = spec.sinkHooks;
+    spec = {
+      ...spec,
+      sinkHooks: {
+        ...hooks,
+        push: (state) => {
+          mt.onState(state);
+          return hooks?.push?.(state);
+        },
+        status: (st) => {
+          mt.onSourceStatus(st);
+          hooks?.status?.(st);
+        },
+      },
+    };
+  }
+
   const onSignal = (sig: NodeJS.Signals): void => {
     if (stopping) {
       if (sig === 'SIGINT') {
@@ -207,11 +248,14 @@ async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number> {
       maxWaitMs: r.maxWaitMs,
       timeoutMs: r.timeoutMs,
       resyncPeriodMs: r.resyncPeriodMs,
+      retryMinMs: r.retryMinMs,
+      retryMaxMs: r.retryMaxMs,
       nodeName: common.nodeName,
       env: io.env,
       stdout: io.stdout,
       stderr: io.stderr,
       logger: log,
+      ...(metrics ? { onEvent: metrics.onRunnerEvent.bind(metrics) } : {}),
     });
     const rn = runner;
     if (mode === 'sequential' || common.once) {
@@ -255,6 +299,7 @@ async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number> {
     }
     io.proc.off('SIGINT', onSignal);
     io.proc.off('SIGTERM', onSignal);
+    await metricsServer?.close();
   }
   return stopping ? 0 : status;
 }
@@ -344,7 +389,9 @@ export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) =
     .argument('<path...>', 'fixture files, directories, or - for stdin')
     .option('--watch', 'keep running: re-run when a fixture (or the callout, when it is a file) changes', false)
     .option('--node-zone <zone>', "the node's zone, for topology hints (default: the topology.kubernetes.io/zone label of the node's Node object in the fixture, else none)");
-  replay.action((paths: string[], o: Record<string, unknown>) => {
+  replay.action(async (paths: string[], o: Record<string, unknown>) => {
+    // Loaded only for replay (chokidar, yaml): startup time matters to the kpng source.
+    const { checkReplayPaths, createReplaySource } = await import('./sources/replay.js');
     const common = commonFrom(o, io, tool);
     const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
     const watchMode = Boolean(o.watch);

@@ -39,8 +39,11 @@ export function parseSize(option: string, value: string): number {
   return n;
 }
 
-/** `host:port`, `[v6]:port` or a `unix:` address, validated. */
-export function parseHostPort(option: string, value: string): string {
+/**
+ * `host:port`, `[v6]:port` or a `unix:` address, validated. `allowPortZero`
+ * accepts port 0 (listen on any free port, e.g. --metrics-addr in tests).
+ */
+export function parseHostPort(option: string, value: string, allowPortZero = false): string {
   if (value.startsWith('unix:')) {
     if (value.length <= 5) throw usageError(option, value, 'expected unix:PATH');
     return value;
@@ -48,7 +51,7 @@ export function parseHostPort(option: string, value: string): string {
   const m = /^(\[[0-9a-fA-F:.]+\]|[^:[\]\s]*):(\d+)$/.exec(value);
   if (!m) throw usageError(option, JSON.stringify(value), 'expected HOST:PORT, such as 127.0.0.1:12090 or [::1]:12090');
   const port = Number(m[2]);
-  if (port < 1 || port > 65535) throw usageError(option, value, 'port out of range 1-65535');
+  if (port < (allowPortZero ? 0 : 1) || port > 65535) throw usageError(option, value, `port out of range ${allowPortZero ? 0 : 1}-65535`);
   if (m[1] === '') throw usageError(option, value, 'missing host, such as 127.0.0.1');
   return value;
 }

@@ -112,7 +112,9 @@ export type RunnerEvent =
   | { type: 'run-started'; run: number; reason: RunReason; pendingSince?: number; at: number; services: number; bytes: number }
   | ({ type: 'run-finished'; reason: RunReason; pendingSince?: number; at: number } & RunResult)
   | { type: 'run-skipped'; reason: RunReason; pendingSince?: number; at: number }
-  | { type: 'retry-scheduled'; run: number; attempt: number; delayMs: number; at: number };
+  | { type: 'retry-scheduled'; run: number; attempt: number; delayMs: number; at: number }
+  /** The whole state was handed to the callout's stdin (the pipe took its last byte). */
+  | { type: 'input-written'; run: number; bytes: number; at: number };
 
 /** A run in flight. */
 interface InFlight {
@@ -714,7 +716,9 @@ export class Runner {
     stdin.cork();
     for (const line of state.lines) stdin.write(line);
     stdin.uncork();
-    stdin.end();
+    stdin.end((err?: Error | null) => {
+      if (!err) this.emit({ type: 'input-written', run, bytes: state.bytes, at: this.now() });
+    });
 
     // stdout/stderr: forwarded as they come, with backpressure from our side.
     const tail = new Tail();

@@ -14,12 +14,14 @@
  */
 import { X509Certificate } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
-import { unmarshalEndpoint, unmarshalOpItem, unmarshalService, marshalWatchReq, type OpItem, type Ref } from '../codec.js';
+import { unmarshalService, marshalWatchReq, type OpItem, type Ref } from '../codec.js';
 import { CalloutError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import { EndpointsSet, ServicesSet } from '../model.js';
 import type { Source, SourceStatus, StateSink } from '../source.js';
 import { Store } from '../state.js';
+// Fast paths of the hot loop: OpItems without protobufjs, Endpoints straight to JSON.
+import { decodeOpItem, endpointJson } from '../wirejson.js';
 
 /** Full method path of the only call of the localv1 API. */
 export const WATCH_METHOD = '/localv1.Sets/Watch';
@@ -164,7 +166,7 @@ export function createKpngSource(options: KpngSourceOptions): Source {
       if (ref.Set !== ServicesSet && ref.Set !== EndpointsSet) return ignoreSet(ref.Set, 'Set');
       try {
         if (ref.Set === ServicesSet) store.setService(ref.Path, unmarshalService(op.Set.Bytes));
-        else if (!store.setEndpoint(ref.Path, unmarshalEndpoint(op.Set.Bytes))) {
+        else if (!store.setEndpointJson(ref.Path, endpointJson(op.Set.Bytes))) {
           log.warn(`skipping Endpoint ${ref.Path}: its path has no namespace/service part`);
         }
       } catch (err) {
@@ -207,7 +209,7 @@ export function createKpngSource(options: KpngSourceOptions): Source {
             // grpc's own reconnect backoff over from the failed attempt.
             'grpc.use_local_subchannel_pool': 1,
           });
-          const call = client.makeBidiStreamRequest<Buffer, OpItem>(WATCH_METHOD, (b) => b, unmarshalOpItem);
+          const call = client.makeBidiStreamRequest<Buffer, OpItem>(WATCH_METHOD, (b) => b, decodeOpItem);
           // A new stream re-sends the full state: start from nothing.
           const store = new Store({
             onOrphans: (paths) =>
