@@ -152,3 +152,18 @@ t.test('the HTTP server: /metrics, /healthz, /readyz, 404, 405, listen errors', 
   t.equal((await fetch(`${base}/metrics`, { method: 'POST' })).status, 405);
   await t.rejects(serveMetrics(m, srv.address), { code: 'usage', message: new RegExp(`--metrics-addr ${srv.address}: cannot listen \\(EADDRINUSE\\)`) });
 });
+
+t.test('option errors: --metrics-addr, --retry-min, --retry-max', async (t) => {
+  const { runBin } = await import('./helpers/bin-process.js');
+  const cases: Array<[string, string[], string]> = [
+    ['kpng-callout', ['--metrics-addr', 'localhost'], 'kpng-callout: --metrics-addr "localhost": expected HOST:PORT, such as 127.0.0.1:12090 or [::1]:12090'],
+    ['kpng-json', ['--metrics-addr', '127.0.0.1:70000'], 'kpng-json: --metrics-addr 127.0.0.1:70000: port out of range 0-65535'],
+    ['kpng-callout', ['--retry-min', '0'], 'kpng-callout: --retry-min 0: expected a duration above 0'],
+    ['kpng-callout', ['--retry-min', '2s', '--retry-max', '1s'], 'kpng-callout: --retry-max 1s: expected at least --retry-min (2s)'],
+  ];
+  for (const [tool, args, message] of cases) {
+    const p = runBin(t, tool, args);
+    t.equal(await p.done, 2, `${args.join(' ')}: exit 2`);
+    t.equal(p.stderr[0], message);
+  }
+});
