@@ -300,9 +300,11 @@ t.test('API down at start: retries, pushes nothing before every list completed',
   t.ok(sink.statuses.every((s) => !s.synced));
   // Only services can be listed: still nothing (no partial first state).
   srv.forbid('endpointslices', 'list');
+  // Waited on from before the server is back: the watch may come before the 403 line.
+  const servicesWatched = srv.waitForRequest((r) => r.path === '/api/v1/services' && r.watch);
   await srv.listen(port);
   await within(log.waitFor(/list endpointslices\.discovery\.k8s\.io: 403 Forbidden/), '403 logged');
-  await within(srv.waitForRequest((r) => r.path === '/api/v1/services' && r.watch), 'services watched');
+  await within(servicesWatched, 'services watched');
   t.equal(sink.states.length, 0, 'nothing while a list is missing');
   srv.allow('endpointslices', 'list');
   const s = await within(sink.waitForStates(1), 'first state');
