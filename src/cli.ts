@@ -437,8 +437,25 @@ function readVersion(): string {
   }
 }
 
+/**
+ * grpc-js sets the TLS server name to the target even when it is an IP
+ * address (`--api 127.0.0.1:12090 --tls-ca ...`), and Node warns about that
+ * (DEP0123) on every start. Nothing the user can act on: drop that one warning,
+ * print every other as Node would.
+ */
+function quietTlsIpWarning(io: CliIO): void {
+  const proc = io.proc;
+  const others = proc.listeners('warning');
+  proc.removeAllListeners('warning');
+  proc.on('warning', (w: Error & { code?: string }) => {
+    if (w.code === 'DEP0123') return;
+    for (const l of others) (l as (w: Error) => void)(w);
+  });
+}
+
 /** Entry point of both bins. */
 export async function main(tool: Tool, io: CliIO = { argv: process.argv, env: process.env, stdout: process.stdout, stderr: process.stderr, proc: process }): Promise<void> {
+  quietTlsIpWarning(io);
   let pipeline: Promise<number> | undefined;
   const program = buildProgram(tool, io, (p) => (pipeline = p));
   let code: number;
