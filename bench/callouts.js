@@ -25,24 +25,15 @@
 //   --no-record        do not write bench/RESULTS.md
 // Needs root, `ip netns`, iptables, nft and jq; exits 0 saying why when not.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { flag, machine, opt, recordSection, root, runDate } from './lib.js';
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const resultsFile = join(root, 'bench/RESULTS.md');
 const SECTION = '## Callouts: kpng-example-allip (iptables) and kpng-example-allip-nft (nftables)';
 const UPSTREAM_LIMIT_S = 60;
 
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(name);
-  return i >= 0 && args[i + 1] ? args[i + 1] : dflt;
-};
 const SIZES = opt('--sizes', '100,1000,10000').split(',').map(Number);
 const RUNS = Number(opt('--runs', '3'));
-const RECORD = !args.includes('--no-record');
+const RECORD = !flag('--no-record');
 
 const IMPLS = [
   { name: 'kpng-example-allip', path: join(root, 'callouts/kpng-example-allip'), kind: 'iptables', runs: RUNS },
@@ -189,12 +180,10 @@ const table = [
   ...rows.map((r) => `| ${r[0]} | ${r[1].toLocaleString('en-US')} | ${r[2]} | ${r[3]} | ${r[4]} |`),
 ].join('\n');
 
-const cpus = os.cpus();
-const machine = `${cpus[0]?.model.trim() ?? '?'} × ${cpus.length}, ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB, Linux ${os.release()}`;
 const tools = [version('iptables', ['--version']), version('nft', ['--version']), version('jq', ['--version']), `node ${process.version}`].join(', ');
 const section = `${SECTION}
 
-Run on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, ${machine}; ${tools}.
+Run on ${runDate()} UTC, ${machine({ node: false })}; ${tools}.
 \`npm run bench:callouts\` (bench/callouts.js): wall-clock seconds of one callout run, inside a
 network namespace the benchmark creates, N Services with one external IP and one local endpoint per
 family each. Median of ${RUNS} runs, each from a fresh namespace (the upstream approach: one run; it
@@ -208,14 +197,5 @@ ${table}
 
 console.log(table);
 if (RECORD) {
-  let text = existsSync(resultsFile) ? readFileSync(resultsFile, 'utf8') : '# Benchmark results\n';
-  const start = text.indexOf(SECTION);
-  if (start >= 0) {
-    const next = text.indexOf('\n## ', start + SECTION.length);
-    text = text.slice(0, start) + section + (next >= 0 ? '\n' + text.slice(next + 1) : '');
-  } else {
-    text = text.replace(/\n*$/, '\n\n') + section;
-  }
-  writeFileSync(resultsFile, text);
-  console.log(`recorded in ${resultsFile}`);
+  recordSection(SECTION, section);
 }

@@ -15,19 +15,16 @@
 // Prints a table and records it in bench/RESULTS.md, in a section of its own
 // (replaced on each run; other benchmarks keep theirs). Options:
 //   --services 10000 --per-service 10 --runs 15 --no-record
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { flag, machine, recordSection, root, runDate } from './lib.js';
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const { marshalEndpoint, marshalOpItem, marshalService, unmarshalEndpoint, unmarshalOpItem, unmarshalService } = await import(
   join(root, 'dist/codec.js')
 );
 const { Store } = await import(join(root, 'dist/state.js'));
 
 const SECTION = '## Codec: decoding a full kpng state';
-const resultsFile = join(root, 'bench/RESULTS.md');
 const arg = (name, def) => {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? Number(process.argv[i + 1]) : def;
@@ -35,7 +32,7 @@ const arg = (name, def) => {
 const SERVICES = arg('services', 10_000);
 const PER_SERVICE = arg('per-service', 10);
 const RUNS = arg('runs', 15);
-const RECORD = !process.argv.includes('--no-record');
+const RECORD = !flag('--no-record');
 
 /** The frames a server would send, as grpc-js hands them over (Buffers). */
 function frames() {
@@ -123,12 +120,10 @@ const table = [
   ...rows.map((r) => `| ${r.join(' | ')} |`),
 ].join('\n');
 
-const cpus = os.cpus();
-const machine = `${cpus[0]?.model.trim() ?? '?'} × ${cpus.length}, Linux ${os.release()}, node ${process.version}`;
 const pbjs = JSON.parse(readFileSync(join(root, 'node_modules/protobufjs/package.json'), 'utf8')).version;
 const section = `${SECTION}
 
-Run on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, ${machine}; protobufjs ${pbjs}.
+Run on ${runDate()} UTC, ${machine({ memory: false })}; protobufjs ${pbjs}.
 \`node bench/codec.js\`: ${SERVICES.toLocaleString('en-US')} Services and ${(SERVICES * PER_SERVICE).toLocaleString('en-US')} Endpoints
 (${(bytes / 2 ** 20).toFixed(1)} MiB of OpItem frames; the state printed is ${(lastState.bytes / 2 ** 20).toFixed(1)} MiB of JSON),
 median of ${RUNS} runs. "decode" turns every frame into model objects (strict UTF-8, presence kept);
@@ -139,14 +134,5 @@ ${table}
 
 console.log(table);
 if (RECORD) {
-  let text = existsSync(resultsFile) ? readFileSync(resultsFile, 'utf8') : '# Benchmark results\n';
-  const start = text.indexOf(SECTION);
-  if (start >= 0) {
-    const next = text.indexOf('\n## ', start + SECTION.length);
-    text = text.slice(0, start) + section + (next >= 0 ? '\n' + text.slice(next + 1) : '');
-  } else {
-    text = text.replace(/\n*$/, '\n\n') + section;
-  }
-  writeFileSync(resultsFile, text);
-  console.log(`recorded in ${resultsFile}`);
+  recordSection(SECTION, section);
 }

@@ -30,26 +30,19 @@ import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, chmodSync, statSync } from 'node:fs';
 import os from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Writable } from 'node:stream';
-import { fileURLToPath } from 'node:url';
+import { flag, machine, opt, recordSection, root, runDate } from './lib.js';
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const resultsFile = join(root, 'bench/RESULTS.md');
 const SECTION = '## Pipeline: ingest, incremental runs, coalescing';
 const SERVICES = 10_000;
 const PER_SERVICE = 10;
 
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(name);
-  return i >= 0 && args[i + 1] ? args[i + 1] : dflt;
-};
 const ONLY = new Set(opt('--only', 'a,b,c').split(','));
 const RUNS = Number(opt('--runs', '5'));
 const REVISIONS = Number(opt('--revisions', '1000'));
-const RECORD = !args.includes('--no-record');
+const RECORD = !flag('--no-record');
 
 const { service, endpoint, servicePath, endpointPath } = await import(join(root, 'bench/kpng-bench-server.js'));
 const { Store } = await import(join(root, 'dist/state.js'));
@@ -460,12 +453,10 @@ this work the same runs gave (a) 1.5 s and 318 MB, (b) 18.8 ms at p50 and 43.8 m
   median by itself.
 `;
 
-const cpus = os.cpus();
-const machine = `${cpus[0]?.model.trim() ?? '?'} × ${cpus.length}, ${(os.totalmem() / 2 ** 30).toFixed(1)} GiB, Linux ${os.release()}, node ${process.version}`;
 const stateBytes = a?.bytes ?? b?.bytes ?? c?.bytes;
 const section = `${SECTION}
 
-Run on ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, ${machine}.
+Run on ${runDate()} UTC, ${machine()}.
 \`npm run bench\` (bench/run.js): a stripped-down kpng server (bench/kpng-bench-server.js, its own
 process, on loopback) holds ${SERVICES.toLocaleString('en-US')} Services with ${PER_SERVICE} Endpoints each (per Endpoint one IPv4
 address, one named port override and both scopes), ${stateBytes ? `${(stateBytes / 1e6).toFixed(1)} MB of NDJSON` : ''}.
@@ -478,14 +469,5 @@ saves its stdin and sleeps 200 ms, 10,000 revisions within one second; runs coun
 ${table}
 ${NOTES}`;
 if (RECORD && rows.length > 0) {
-  let text = existsSync(resultsFile) ? readFileSync(resultsFile, 'utf8') : '# Benchmark results\n';
-  const start = text.indexOf(SECTION);
-  if (start >= 0) {
-    const next = text.indexOf('\n## ', start + SECTION.length);
-    text = text.slice(0, start) + section + (next >= 0 ? '\n' + text.slice(next + 1) : '');
-  } else {
-    text = text.replace(/\n*$/, '\n\n') + section;
-  }
-  writeFileSync(resultsFile, text);
-  console.log(`recorded in ${resultsFile}`);
+  recordSection(SECTION, section);
 }

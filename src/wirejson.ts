@@ -14,7 +14,7 @@
  * always exactly the reference one. test/wirejson.test.ts checks both paths
  * agree.
  */
-import { unmarshalEndpoint, unmarshalOpItem, type OpItem, type Value } from './codec.js';
+import { unmarshalEndpoint, unmarshalOpItem, utf8CodePoint, utf8Length, type OpItem, type Value } from './codec.js';
 import { encodeEndpoint } from './gojson.js';
 
 /** Scratch output, grown on demand; one conversion at a time (synchronous). */
@@ -56,6 +56,16 @@ function raw(b: Uint8Array): void {
 function byte(c: number): void {
   room(1);
   out[pos++] = c;
+}
+
+/**
+ * Starts an object member: `,` unless it is the first (`any` false), then
+ * its key `k`. Returns true, the new `any`.
+ */
+function member(any: boolean, k: Uint8Array): true {
+  if (any) byte(0x2c);
+  raw(k);
+  return true;
 }
 
 const hex = '0123456789abcdef';
@@ -107,20 +117,9 @@ function str(buf: Uint8Array, start: number, end: number): void {
       continue;
     }
     // Multi-byte UTF-8: validate (no overlongs, surrogates or > U+10FFFF), copy raw.
-    let n: number;
-    let min: number;
-    let cp: number;
-    if (c >= 0xc2 && c <= 0xdf) (n = 1), (min = 0x80), (cp = c & 0x1f);
-    else if (c >= 0xe0 && c <= 0xef) (n = 2), (min = 0x800), (cp = c & 0x0f);
-    else if (c >= 0xf0 && c <= 0xf4) (n = 3), (min = 0x10000), (cp = c & 0x07);
-    else throw FALLBACK;
-    if (i + n >= end) throw FALLBACK; // truncated sequence
-    for (let k = 1; k <= n; k++) {
-      const d = buf[i + k]!;
-      if ((d & 0xc0) !== 0x80) throw FALLBACK;
-      cp = (cp << 6) | (d & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) throw FALLBACK;
+    const cp = utf8CodePoint(buf, i, end);
+    if (cp < 0) throw FALLBACK;
+    const n = utf8Length(cp);
     ascii = false;
     if (cp === 0x2028 || cp === 0x2029) {
       // \u2028 and \u2029, as Go escapes them.
@@ -130,8 +129,8 @@ function str(buf: Uint8Array, start: number, end: number): void {
       out[pos++] = 0x30;
       out[pos++] = 0x32;
       out[pos++] = cp === 0x2028 ? 0x38 : 0x39;
-    } else for (let k = 0; k <= n; k++) out[pos++] = buf[i + k]!;
-    i += n + 1;
+    } else for (let k = 0; k < n; k++) out[pos++] = buf[i + k]!;
+    i += n;
   }
   out[pos++] = 0x22;
 }
@@ -171,9 +170,7 @@ function ipSet(buf: Uint8Array, p: { i: number }, end: number): void {
     const e = len(buf, p, end);
     if (f !== last) {
       if (last !== 0) byte(0x5d); // close the V4 list
-      if (any) byte(0x2c);
-      raw(f === 1 ? K.v4 : K.v6);
-      any = true;
+      any = member(any, f === 1 ? K.v4 : K.v6);
       last = f;
     } else byte(0x2c);
     str(buf, p.i, e);
@@ -196,16 +193,14 @@ function portName(buf: Uint8Array, p: { i: number }, end: number): void {
     if (f === 1 && (tag & 7) === 2) {
       const e = len(buf, p, end);
       if (e > p.i) {
-        raw(K.name);
+        any = member(any, K.name);
         str(buf, p.i, e);
-        any = true;
       }
       p.i = e;
     } else if (f === 2 && (tag & 7) === 0) {
       const v = varint(buf, p, end) | 0;
       if (v !== 0) {
-        if (any) byte(0x2c);
-        raw(K.port);
+        member(any, K.port);
         int(v);
       }
     } else throw FALLBACK;
@@ -223,11 +218,7 @@ function scopes(buf: Uint8Array, p: { i: number }, end: number): void {
     const f = tag >>> 3;
     if ((tag & 7) !== 0 || f <= last || f > 2) throw FALLBACK;
     last = f;
-    if (varint(buf, p, end) !== 0) {
-      if (any) byte(0x2c);
-      raw(f === 1 ? K.internal : K.external);
-      any = true;
-    }
+    if (varint(buf, p, end) !== 0) any = member(any, f === 1 ? K.internal : K.external);
   }
   byte(0x7d);
 }
@@ -240,10 +231,6 @@ function endpointFast(buf: Uint8Array): string {
   let last = 0;
   let any = false;
   let inList = false;
-  const comma = (): void => {
-    if (any) byte(0x2c);
-    any = true;
-  };
   byte(0x7b);
   while (p.i < end) {
     const tag = varint(buf, p, end);
@@ -260,8 +247,7 @@ function endpointFast(buf: Uint8Array): string {
         if (wt !== 2) throw FALLBACK;
         const e = len(buf, p, end);
         if (e > p.i) {
-          comma();
-          raw(K.hostname);
+          any = member(any, K.hostname);
           str(buf, p.i, e);
         }
         p.i = e;
@@ -270,24 +256,19 @@ function endpointFast(buf: Uint8Array): string {
       case 2: {
         if (wt !== 2) throw FALLBACK;
         const e = len(buf, p, end);
-        comma();
-        raw(K.ips);
+        any = member(any, K.ips);
         ipSet(buf, p, e);
         break;
       }
       case 3:
         if (wt !== 0) throw FALLBACK;
-        if (varint(buf, p, end) !== 0) {
-          comma();
-          raw(K.local);
-        }
+        if (varint(buf, p, end) !== 0) any = member(any, K.local);
         break;
       case 4: {
         if (wt !== 2) throw FALLBACK;
         const e = len(buf, p, end);
         if (!inList) {
-          comma();
-          raw(K.portOverrides);
+          any = member(any, K.portOverrides);
           inList = true;
         } else byte(0x2c);
         portName(buf, p, e);
@@ -296,8 +277,7 @@ function endpointFast(buf: Uint8Array): string {
       case 5: {
         if (wt !== 2) throw FALLBACK;
         const e = len(buf, p, end);
-        comma();
-        raw(K.scopes);
+        any = member(any, K.scopes);
         scopes(buf, p, e);
         break;
       }

@@ -3,13 +3,14 @@
  * and exit statuses, option errors, signals, and a server restart that must
  * never produce a run on a partial or empty state.
  */
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { runBin } from './helpers/bin-process.js';
-import { KpngTestServer, type Revision } from './helpers/kpng-server.js';
+import { shScript, tempDir } from './helpers/files.js';
+import { serve, type Revision } from './helpers/kpng-server.js';
+import { pidAlive } from './helpers/procs.js';
 import { within } from './helpers/sink.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -17,33 +18,12 @@ const compat = join(root, 'fixtures', 'compat');
 const blog = JSON.parse(readFileSync(join(compat, 'blog-example.ops.json'), 'utf8')) as { revisions: Revision[] };
 const blogExpected = readFileSync(join(compat, 'blog-example.expected.jsonl'), 'utf8');
 
-const dir = mkdtempSync(join(tmpdir(), 'kpng-cli-callout-'));
-t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+const dir = tempDir(t, 'kpng-cli-callout-');
 
-/** Writes an executable sh script and returns its path. */
-function script(name: string, body: string): string {
-  const p = join(dir, name);
-  writeFileSync(p, '#!/bin/sh\n' + body);
-  chmodSync(p, 0o755);
-  return p;
-}
-
-async function serve(t: Test, revisions: Revision[]): Promise<KpngTestServer> {
-  const server = await new KpngTestServer({ revisions }).start();
-  t.teardown(() => server.close());
-  return server;
-}
+const script = (name: string, body: string): string => shScript(dir, name, body);
 
 const WAIT = 30_000;
 
-function pidAlive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return !/^\d+ \(.*\) Z/.test(stat); // a zombie is gone for our purposes
-  } catch {
-    return false;
-  }
-}
 
 t.test('CALLOUT=cat --once prints the state byte for byte and exits 0', async (t) => {
   const server = await serve(t, blog.revisions);

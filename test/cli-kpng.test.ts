@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 import { makeCerts, opensslMissing } from './helpers/certs.js';
-import { KpngTestServer, type Revision, type ServerTls } from './helpers/kpng-server.js';
+import { serve, type Revision } from './helpers/kpng-server.js';
 import { within } from './helpers/sink.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -79,12 +79,6 @@ function kpngJson(t: Test, args: string[]): Cli {
       return err;
     },
   };
-}
-
-async function serve(t: Test, revisions: Revision[], tls?: ServerTls): Promise<KpngTestServer> {
-  const server = await new KpngTestServer({ revisions, ...(tls ? { tls } : {}) }).start();
-  t.teardown(() => server.close());
-  return server;
 }
 
 // Generous: a guard against a hang, not a timing assertion (node startup on

@@ -4,33 +4,21 @@
  * messages over --max-msg-size; a callout that fails then recovers, watched
  * through --metrics-addr. Waits on log lines and metrics, never fixed sleeps.
  */
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import type { Endpoint, Service } from '../src/model.js';
 import { stateFromItems, stateText } from '../src/state.js';
 import { runBin } from './helpers/bin-process.js';
-import { KpngTestServer, type Revision, type ServerOp } from './helpers/kpng-server.js';
+import { shScript, tempDir } from './helpers/files.js';
+import { serve, type ServerOp } from './helpers/kpng-server.js';
 import { check, metricsBase, scrapeUntil } from './helpers/metrics-http.js';
 import { within } from './helpers/sink.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'kpng-faults-'));
-t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+const dir = tempDir(t, 'kpng-faults-');
 const WAIT = 30_000;
 
-function script(name: string, body: string): string {
-  const p = join(dir, name);
-  writeFileSync(p, '#!/bin/sh\n' + body);
-  chmodSync(p, 0o755);
-  return p;
-}
-
-async function serve(t: Test, revisions: Revision[] = []): Promise<KpngTestServer> {
-  const server = await new KpngTestServer({ revisions }).start();
-  t.teardown(() => server.close());
-  return server;
-}
+const script = (name: string, body: string): string => shScript(dir, name, body);
 
 /** A callout that saves each run's input in `runs/<n>` and prints `ran <n>`. */
 function recorder(name: string): { path: string; runs: () => string[] } {

@@ -5,44 +5,22 @@
  * under `replay --watch` (watched through --metrics-addr as runs happen and
  * fail). Waits on log lines and metrics, never on fixed sleeps.
  */
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import t, { type Test } from 'tap';
+import t from 'tap';
 import { runBin } from './helpers/bin-process.js';
-import { KpngTestServer, type Revision } from './helpers/kpng-server.js';
+import { shScript, tempDir } from './helpers/files.js';
+import { serve, type Revision } from './helpers/kpng-server.js';
 import { check, metricsBase, scrapeUntil } from './helpers/metrics-http.js';
+import { procStat } from './helpers/procs.js';
 import { within } from './helpers/sink.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'kpng-faults-runner-'));
-t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+const dir = tempDir(t, 'kpng-faults-runner-');
 const WAIT = 30_000;
 
-function script(name: string, body: string): string {
-  const p = join(dir, name);
-  writeFileSync(p, '#!/bin/sh\n' + body);
-  chmodSync(p, 0o755);
-  return p;
-}
-
-async function serve(t: Test, revisions: Revision[]): Promise<KpngTestServer> {
-  const server = await new KpngTestServer({ revisions }).start();
-  t.teardown(() => server.close());
-  return server;
-}
+const script = (name: string, body: string): string => shScript(dir, name, body);
 
 const oneService: Revision = [{ op: 'set', set: 'services', path: 'default/a', value: { Namespace: 'default', Name: 'a', Type: 'ClusterIP' } }];
-
-/** `/proc/PID/stat` fields after the command name: state, ppid, pgrp; undefined when gone. */
-function procStat(pid: number): { state: string; ppid: number; pgrp: number } | undefined {
-  try {
-    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
-    return { state: f[0]!, ppid: Number(f[1]), pgrp: Number(f[2]) };
-  } catch {
-    return undefined;
-  }
-}
 
 /** Processes of a group still running (zombies excluded). */
 function groupMembers(pgid: number): number[] {

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runBin, type BinProcess } from './helpers/bin-process.js';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { within } from './helpers/sink.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -25,7 +25,7 @@ async function finished(c: Child): Promise<{ code: number | null; stdout: string
   return { code, stdout: c.stdout.map((l) => l + '\n').join(''), stderr: c.stderr.join('\n') };
 }
 
-function tmp(t: Tap.Test): string {
+function tmp(t: Test): string {
   const dir = mkdtempSync(join(tmpdir(), 'replay-cli-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   return dir;

@@ -37,6 +37,24 @@ function script(body: string): { file: string; dir: string } {
   return { file, dir: sd };
 }
 
+/**
+ * A callout that starts a long-running grandchild in its process group, saves
+ * both pids (see groupPids), prints `ready` and waits; with `ignoreTerm` it
+ * ignores SIGTERM (the second `wait` resumes the one the signal interrupts).
+ */
+function groupScript(ignoreTerm: boolean): { file: string; dir: string } {
+  return script(`${ignoreTerm ? "trap '' TERM\n" : ''}sleep 1000 &
+echo $! > "$DIR/gpid"
+echo $$ > "$DIR/pid"
+echo ready
+wait${ignoreTerm ? '\nwait' : ''}`);
+}
+
+/** The pids a groupScript callout saved: its own and its grandchild's. */
+function groupPids(s: { dir: string }): { pid: number; gpid: number } {
+  return { pid: readPid(join(s.dir, 'pid')), gpid: readPid(join(s.dir, 'gpid')) };
+}
+
 function st(...texts: string[]): State {
   const lines = texts.map((s) => Buffer.from(s + '\n'));
   return { lines, services: lines.length, endpoints: 0, bytes: lines.reduce((n, l) => n + l.length, 0) };
@@ -325,16 +343,11 @@ t.test('resync re-runs the newest state periodically even if identical', async (
 
 t.test('timeout kills the whole process group, grandchild included', async (t) => {
   t.test('SIGTERM is enough: done well before the SIGKILL grace', async (t) => {
-    const s = script(`sleep 1000 &
-echo $! > "$DIR/gpid"
-echo $$ > "$DIR/pid"
-echo ready
-wait`);
+    const s = groupScript(false);
     const { r, out, log } = makeRunner({ file: s.file, timeoutMs: 300, killGraceMs: 5000 });
     const p = r.runNow(st('x'));
     await out.waitFor('ready');
-    const pid = readPid(join(s.dir, 'pid'));
-    const gpid = readPid(join(s.dir, 'gpid'));
+    const { pid, gpid } = groupPids(s);
     const res = await p;
     t.equal(res.result, 'timeout');
     t.equal(res.signal, 'SIGTERM');
@@ -344,18 +357,11 @@ wait`);
     t.ok(log.some((l) => l.level === 'warn' && /timed out/.test(l.msg)));
   });
   t.test('SIGTERM ignored: SIGKILL after the grace; a grandchild holding stdout does not block', async (t) => {
-    const s = script(`trap '' TERM
-sleep 1000 &
-echo $! > "$DIR/gpid"
-echo $$ > "$DIR/pid"
-echo ready
-wait
-wait`);
+    const s = groupScript(true);
     const { r, out } = makeRunner({ file: s.file, timeoutMs: 200, killGraceMs: 200 });
     const p = r.runNow(st('x'));
     await out.waitFor('ready');
-    const pid = readPid(join(s.dir, 'pid'));
-    const gpid = readPid(join(s.dir, 'gpid'));
+    const { pid, gpid } = groupPids(s);
     const res = await p;
     t.equal(res.result, 'timeout');
     t.equal(res.signal, 'SIGKILL');
@@ -579,16 +585,11 @@ t.test('stop()', async (t) => {
     await r.idle();
   });
   t.test('a hung run is terminated after the grace, its group with it', async (t) => {
-    const s = script(`sleep 1000 &
-echo $! > "$DIR/gpid"
-echo $$ > "$DIR/pid"
-echo ready
-wait`);
+    const s = groupScript(false);
     const { r, out, ev } = makeRunner({ file: s.file, timeoutMs: 60_000 });
     r.submit(st('x'));
     await out.waitFor('ready');
-    const pid = readPid(join(s.dir, 'pid'));
-    const gpid = readPid(join(s.dir, 'gpid'));
+    const { pid, gpid } = groupPids(s);
     const t0 = Date.now();
     await r.stop(50);
     t.ok(Date.now() - t0 < 4000, 'no SIGKILL grace needed');
@@ -600,18 +601,11 @@ wait`);
     t.equal(ev.of('retry-scheduled').length, 0, 'no retry after stop');
   });
   t.test('kill() SIGKILLs a run that ignores SIGTERM at once', async (t) => {
-    const s = script(`trap '' TERM
-sleep 1000 &
-echo $! > "$DIR/gpid"
-echo $$ > "$DIR/pid"
-echo ready
-wait
-wait`);
+    const s = groupScript(true);
     const { r, out } = makeRunner({ file: s.file, killGraceMs: 60_000 });
     const p = r.runNow(st('x'));
     await out.waitFor('ready');
-    const pid = readPid(join(s.dir, 'pid'));
-    const gpid = readPid(join(s.dir, 'gpid'));
+    const { pid, gpid } = groupPids(s);
     const stopped = r.stop(0); // SIGTERM now (ignored), SIGKILL only after 60s...
     r.kill(); // ...unless killed
     const res: RunResult = await p;

@@ -77,14 +77,38 @@ class Scanner {
     else this.fail(`unexpected ${this.show(this.pos)}, expected a value`);
   }
 
-  private object(): void {
+  /** At `{` or `[`: skips it; true, and past `close`, when the container is empty. */
+  private empty(close: '}' | ']'): boolean {
     this.pos++;
     this.ws();
-    if (this.s[this.pos] === '}') {
+    if (this.s[this.pos] !== close) return false;
+    this.pos++;
+    return true;
+  }
+
+  /**
+   * After a member or element (objects and arrays alike): true past a `,`
+   * (another one follows), false past `close`; else a syntax error.
+   */
+  private more(close: '}' | ']'): boolean {
+    this.ws();
+    const c = this.pos < this.end ? this.s[this.pos] : undefined;
+    if (c === ',') {
       this.pos++;
-      return;
+      this.ws();
+      if (this.s[this.pos] === close) this.fail(`unexpected '${close}' after ',' (trailing comma)`);
+      return true;
     }
-    for (;;) {
+    if (c === close) {
+      this.pos++;
+      return false;
+    }
+    return this.fail(`unexpected ${this.show(this.pos)}, expected ',' or '${close}'`);
+  }
+
+  private object(): void {
+    if (this.empty('}')) return;
+    do {
       this.ws();
       if (this.s[this.pos] !== '"' || this.pos >= this.end) this.fail(`unexpected ${this.show(this.pos)}, expected a "quoted" property name`);
       const key = this.string();
@@ -94,47 +118,17 @@ class Scanner {
       this.path.push(key);
       this.value();
       this.path.pop();
-      this.ws();
-      const c = this.pos < this.end ? this.s[this.pos] : undefined;
-      if (c === ',') {
-        this.pos++;
-        this.ws();
-        if (this.s[this.pos] === '}') this.fail("unexpected '}' after ',' (trailing comma)");
-        continue;
-      }
-      if (c === '}') {
-        this.pos++;
-        return;
-      }
-      this.fail(`unexpected ${this.show(this.pos)}, expected ',' or '}'`);
-    }
+    } while (this.more('}'));
   }
 
   private array(): void {
-    this.pos++;
-    this.ws();
-    if (this.s[this.pos] === ']') {
-      this.pos++;
-      return;
-    }
-    for (let i = 0; ; i++) {
-      this.path.push(i);
+    if (this.empty(']')) return;
+    let i = 0;
+    do {
+      this.path.push(i++);
       this.value();
       this.path.pop();
-      this.ws();
-      const c = this.pos < this.end ? this.s[this.pos] : undefined;
-      if (c === ',') {
-        this.pos++;
-        this.ws();
-        if (this.s[this.pos] === ']') this.fail("unexpected ']' after ',' (trailing comma)");
-        continue;
-      }
-      if (c === ']') {
-        this.pos++;
-        return;
-      }
-      this.fail(`unexpected ${this.show(this.pos)}, expected ',' or ']'`);
-    }
+    } while (this.more(']'));
   }
 
   private string(): string {

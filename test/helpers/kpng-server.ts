@@ -20,6 +20,7 @@ import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
+import type { Test } from 'tap';
 import { marshalEndpoint, marshalOpItem, marshalService, unmarshalWatchReq, type WatchReq } from '../../src/codec.js';
 import type { Endpoint, Service } from '../../src/model.js';
 
@@ -226,6 +227,13 @@ export class KpngTestServer extends EventEmitter {
 /** Starts a server (helper for the common case). */
 export function startKpngServer(options: KpngTestServerOptions = {}): Promise<KpngTestServer> {
   return new KpngTestServer(options).start();
+}
+
+/** Starts a server scripted with `revisions` (TLS when `tls`), closed at `t`'s teardown. */
+export async function serve(t: Pick<Test, 'teardown'>, revisions: Revision[] = [], tls?: ServerTls): Promise<KpngTestServer> {
+  const server = await startKpngServer({ revisions, ...(tls ? { tls } : {}) });
+  t.teardown(() => server.close());
+  return server;
 }
 
 async function main(): Promise<void> {

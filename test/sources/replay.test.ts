@@ -9,7 +9,7 @@ import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { CalloutError } from '../../src/errors.js';
 import { createReplaySource, checkReplayPaths, type ReplayOptions } from '../../src/sources/replay.js';
 import type { StateSink } from '../../src/source.js';
@@ -22,7 +22,7 @@ const blogYaml = readFileSync(new URL('../../fixtures/kpng-example.yaml', import
 /** A one-service state whose service is named `name` (its own line). */
 const item = (name: string) => `{"Service":{"Namespace":"default","Name":"${name}","Type":"ClusterIP","SessionAffinity":null},"Endpoints":null}\n`;
 
-function tmp(t: Tap.Test): string {
+function tmp(t: Test): string {
   const dir = mkdtempSync(join(tmpdir(), 'replay-test-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   return dir;
