@@ -4,8 +4,7 @@
  * (kpng-json), and maps outcomes to exit codes. The only module that exits.
  */
 import { readFileSync, statSync } from 'node:fs';
-import { hostname } from 'node:os';
-import { constants as osConstants } from 'node:os';
+import { constants as osConstants, hostname } from 'node:os';
 import { Command, CommanderError, Option } from 'commander';
 import { CalloutError, usageError } from './errors.js';
 import { createLogger, type Logger } from './log.js';
@@ -130,6 +129,12 @@ function retryFrom(o: Record<string, unknown>): { retryMinMs: number; retryMaxMs
   return { retryMinMs, retryMaxMs };
 }
 
+/** The options every source command validates before building its source. */
+function pipelineOptionsFrom(o: Record<string, unknown>, io: CliIO, tool: Tool): { common: CommonOptions; runner?: RunnerFlags } {
+  const common = commonFrom(o, io, tool);
+  return tool === 'kpng-callout' ? { common, runner: runnerFrom(o, io) } : { common };
+}
+
 /** Builds the kpng gRPC source from validated options. */
 function kpngSourceFrom(o: Record<string, unknown>, common: CommonOptions) {
   const api = parseHostPort('--api', String(o.api));
@@ -172,8 +177,6 @@ export interface PipelineSpec {
   common: CommonOptions;
   runner?: RunnerFlags;
   mode: PipelineMode;
-  /** Extra sink hooks (metrics). */
-  sinkHooks?: Partial<StateSink>;
 }
 
 /** Writes one state to a stream without building one big buffer. */
@@ -192,30 +195,16 @@ async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number> {
   let status = 0;
   let runner: Runner | undefined;
   let stopping = false;
-  const pushes: Promise<void>[] = [];
+  // Runs are serialized, so the newest one settles last: awaiting it awaits them all.
+  let lastRun: Promise<void> = Promise.resolve();
 
   // --metrics-addr (src/metrics.ts), loaded only when asked: prom-client costs startup time.
   let metrics: Metrics | undefined;
   let metricsServer: MetricsServer | undefined;
   if (common.metricsAddr !== undefined) {
     const m = await import('./metrics.js');
-    const mt = (metrics = new m.Metrics({ runner: tool === 'kpng-callout' }));
-    metricsServer = await m.serveMetrics(mt, common.metricsAddr, log);
-    const hooks = spec.sinkHooks;
-    spec = {
-      ...spec,
-      sinkHooks: {
-        ...hooks,
-        push: (state) => {
-          mt.onState(state);
-          return hooks?.push?.(state);
-        },
-        status: (st) => {
-          mt.onSourceStatus(st);
-          hooks?.status?.(st);
-        },
-      },
-    };
+    metrics = new m.Metrics({ runner: tool === 'kpng-callout' });
+    metricsServer = await m.serveMetrics(metrics, common.metricsAddr, log);
   }
 
   const onSignal = (sig: NodeJS.Signals): void => {
@@ -234,12 +223,10 @@ async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number> {
   io.proc.on('SIGINT', onSignal);
   io.proc.on('SIGTERM', onSignal);
 
-  const sink: StateSink = { ...(spec.sinkHooks ?? {}), push: () => {} };
+  // Where each state goes: the printer, or the runner (now or debounced).
+  let deliver: (state: State) => void | Promise<void>;
   if (tool === 'kpng-json') {
-    sink.push = (state) => {
-      spec.sinkHooks?.push?.(state);
-      writeState(io.stdout, state);
-    };
+    deliver = (state) => writeState(io.stdout, state);
   } else {
     const r = spec.runner!;
     runner = new Runner({
@@ -260,8 +247,7 @@ async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number> {
     const rn = runner;
     if (mode === 'sequential' || common.once) {
       let failed = false;
-      sink.push = (state) => {
-        spec.sinkHooks?.push?.(state);
+      deliver = (state) => {
         if (stopping) return;
         // Kept so the exit status is known even when the source does not await.
         const p = rn.runNow(state).then((res) => {
@@ -270,16 +256,23 @@ async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number> {
             status = exitStatus(res);
           }
         });
-        pushes.push(p);
+        lastRun = p;
         return p;
       };
     } else {
-      sink.push = (state) => {
-        spec.sinkHooks?.push?.(state);
-        rn.submit(state);
-      };
+      deliver = (state) => rn.submit(state);
     }
   }
+  const mt = metrics;
+  const sink: StateSink = mt
+    ? {
+        push: (state) => {
+          mt.onState(state);
+          return deliver(state);
+        },
+        status: (st) => mt.onSourceStatus(st),
+      }
+    : { push: (state) => deliver(state) };
 
   try {
     await source.run(sink, ac.signal);
@@ -292,7 +285,7 @@ async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number> {
     if (runner) {
       if (stopping) await runner.stop();
       else {
-        await Promise.all(pushes);
+        await lastRun;
         await runner.idle();
         await runner.stop();
       }
@@ -348,10 +341,8 @@ export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) =
   addKpngOptions(addCommonOptions(program, tool));
   // Subcommands (sources): replay and kube register below the default kpng source.
   program.action((o: Record<string, unknown>) => {
-    const common = commonFrom(o, io, tool);
-    const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
-    const source = kpngSourceFrom(o, common);
-    done(runPipeline({ tool, source, common, ...(runner ? { runner } : {}), mode: 'live' }, io));
+    const opts = pipelineOptionsFrom(o, io, tool);
+    done(runPipeline({ tool, source: kpngSourceFrom(o, opts.common), ...opts, mode: 'live' }, io));
   });
 
   // --- kube: the Kubernetes API as the source (src/sources/kube.ts, docs/kube.md).
@@ -361,8 +352,8 @@ export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) =
     .description("Watch the Kubernetes API (Services, EndpointSlices, this node's Node) and compute this node's state as kpng did.")
     .option('--kubeconfig <path>', 'kubeconfig file (default: $KUBECONFIG, else the in-cluster service account when $KUBERNETES_SERVICE_HOST is set, else ~/.kube/config)');
   kube.action(async (o: Record<string, unknown>) => {
-    const common = commonFrom(o, io, tool);
-    const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
+    const opts = pipelineOptionsFrom(o, io, tool);
+    const { common } = opts;
     const filter = serviceFilterFrom(o);
     const kubeconfig = o.kubeconfig !== undefined ? parseNonEmpty('--kubeconfig', String(o.kubeconfig)) : undefined;
     // Loaded on demand: the Kubernetes client costs ~0.6 s of start-up the other sources don't need.
@@ -376,7 +367,7 @@ export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) =
       once: common.once,
       logger: common.logger,
     });
-    done(runPipeline({ tool, source, common, ...(runner ? { runner } : {}), mode: 'live' }, io));
+    done(runPipeline({ tool, source, ...opts, mode: 'live' }, io));
   });
   // --- end kube
 
@@ -392,8 +383,8 @@ export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) =
   replay.action(async (paths: string[], o: Record<string, unknown>) => {
     // Loaded only for replay (chokidar, yaml): startup time matters to the kpng source.
     const { checkReplayPaths, createReplaySource } = await import('./sources/replay.js');
-    const common = commonFrom(o, io, tool);
-    const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
+    const opts = pipelineOptionsFrom(o, io, tool);
+    const { common, runner } = opts;
     const watchMode = Boolean(o.watch);
     if (watchMode && common.once) throw new CalloutError('usage', '--watch and --once exclude each other');
     const bad = checkReplayPaths(paths, watchMode);
@@ -422,7 +413,7 @@ export function buildProgram(tool: Tool, io: CliIO, done: (p: Promise<number>) =
       logger: common.logger,
     });
     // Every state runs once, in order, awaited (the replay source debounces file events itself).
-    done(runPipeline({ tool, source, common, ...(runner ? { runner } : {}), mode: 'sequential' }, io));
+    done(runPipeline({ tool, source, ...opts, mode: 'sequential' }, io));
   });
   // --- end replay
   return program;
