@@ -15,6 +15,7 @@
  * would return for them: namespace `default`, type `ClusterIP`, protocol TCP,
  * targetPort = port, ClientIP affinity timeout 10800 s.
  */
+import { marshalEndpoint } from '../codec.js';
 import { encodeEndpoint } from '../gojson.js';
 import type { Endpoint, IPSet, PortMapping, PortName, Service } from '../model.js';
 import { Store, comparePaths, type State } from '../state.js';
@@ -329,32 +330,6 @@ export function sliceServiceName(slice: KubeEndpointSlice): string | undefined {
   return labelsOf(slice)?.[LABEL_SERVICE_NAME] || undefined;
 }
 
-// Minimal protobuf writer for the endpoint key (deterministic marshal of a few string/bool fields).
-class ProtoWriter {
-  private bytes: number[] = [];
-  private varint(n: number): void {
-    while (n > 0x7f) {
-      this.bytes.push((n & 0x7f) | 0x80);
-      n >>>= 7;
-    }
-    this.bytes.push(n);
-  }
-  bytesField(field: number, b: Uint8Array | number[]): void {
-    this.varint((field << 3) | 2);
-    this.varint(b.length);
-    for (const x of b) this.bytes.push(x);
-  }
-  string(field: number, s: string | undefined): void {
-    if (s) this.bytesField(field, Buffer.from(s, 'utf8'));
-  }
-  bool(field: number, v: boolean | undefined): void {
-    if (v) this.bytes.push(field << 3, 1);
-  }
-  finish(): Uint8Array {
-    return Uint8Array.from(this.bytes);
-  }
-}
-
 /**
  * The path key of an endpoint under its Service: kpng's endpoint hash from
  * before it keyed endpoints by pod name (Oct 2021, the build of the blog
@@ -363,16 +338,14 @@ class ProtoWriter {
  * keeps both entries of a dual-stack pod (keying by pod name loses one).
  */
 export function endpointKey(ep: Endpoint): string {
-  const w = new ProtoWriter();
-  w.string(1, ep.Hostname);
-  if (ep.IPs) {
-    const ips = new ProtoWriter();
-    for (const ip of ep.IPs.V4 ?? []) ips.string(1, ip);
-    for (const ip of ep.IPs.V6 ?? []) ips.string(2, ip);
-    w.bytesField(2, ips.finish());
-  }
-  w.bool(3, ep.Local);
-  return xxh64(w.finish()).toString(16);
+  // Only the fields kpng hashed, and only when set: proto3 leaves zero values off the wire.
+  return xxh64(
+    marshalEndpoint({
+      ...(ep.Hostname ? { Hostname: ep.Hostname } : {}),
+      ...(ep.IPs ? { IPs: ep.IPs } : {}),
+      ...(ep.Local ? { Local: true } : {}),
+    }),
+  ).toString(16);
 }
 
 function sliceEndpoints(
