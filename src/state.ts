@@ -94,11 +94,8 @@ function serviceOfEndpoint(path: string): string | undefined {
 
 /** `ns/name/pod` -> [`ns/name`, `pod`]; undefined when the path has no service part. */
 export function splitEndpointPath(path: string): [string, string] | undefined {
-  const a = path.indexOf('/');
-  if (a < 0) return undefined;
-  const b = path.indexOf('/', a + 1);
-  if (b < 0) return undefined;
-  return [path.slice(0, b), path.slice(b + 1)];
+  const svc = serviceOfEndpoint(path);
+  return svc === undefined ? undefined : [svc, path.slice(svc.length + 1)];
 }
 
 /** An endpoint as set: its model value until encoded, then its JSON (the value is dropped). */
@@ -137,8 +134,8 @@ export class Store {
   private lastSvc = '';
   private lastGroup: Map<string, EpValue> | undefined;
   private readonly dirty = new Set<string>();
-  /** The Services in kpng order; undefined after an add or delete (re-sorted at the next snapshot). */
-  private order: SvcEntry[] | undefined = [];
+  /** False after a Service was added or deleted: the next snapshot sorts again (and renumbers `index`). */
+  private ordered = true;
   private last: State = emptyState;
   private readonly onOrphans: OrphanReporter | undefined;
 
@@ -162,14 +159,14 @@ export class Store {
       had.json = json;
     } else {
       this.services.set(path, { value, json, line: undefined, eps: 0, index: -1 });
-      this.order = undefined;
+      this.ordered = false;
     }
     this.dirty.add(path);
   }
 
   deleteService(path: string): void {
     if (this.services.delete(path)) {
-      this.order = undefined;
+      this.ordered = false;
       this.dirty.add(path);
     }
   }
@@ -221,7 +218,7 @@ export class Store {
     this.endpoints.clear();
     this.dirty.clear();
     this.lastGroup = undefined;
-    this.order = [];
+    this.ordered = true;
     this.last = emptyState;
   }
 
@@ -251,7 +248,7 @@ export class Store {
 
   /** The current complete state; unchanged services reuse their cached line. */
   snapshot(): State {
-    if (this.dirty.size === 0 && this.order !== undefined) return this.last;
+    if (this.dirty.size === 0 && this.ordered) return this.last;
     const orphans: string[] = [];
     const changed: string[] = [];
     for (const path of this.dirty) {
@@ -265,7 +262,7 @@ export class Store {
     this.lastGroup = undefined;
     if (orphans.length > 0) this.onOrphans?.(orphans);
 
-    if (this.order !== undefined) {
+    if (this.ordered) {
       // Same Services as the last state: patch its lines.
       const lines = this.last.lines.slice();
       let bytes = this.last.bytes;
@@ -285,7 +282,6 @@ export class Store {
 
     for (const path of changed) this.services.get(path)!.line = undefined;
     const paths = sortedPaths([...this.services.keys()]);
-    const order: SvcEntry[] = new Array(paths.length);
     const lines: Buffer[] = new Array(paths.length);
     let bytes = 0;
     let endpoints = 0;
@@ -293,13 +289,12 @@ export class Store {
       const path = paths[i]!;
       const entry = this.services.get(path)!;
       entry.index = i;
-      order[i] = entry;
       const line = entry.line ?? this.encode(path, entry);
       endpoints += entry.eps;
       bytes += line.length;
       lines[i] = line;
     }
-    this.order = order;
+    this.ordered = true;
     this.last = { lines, services: lines.length, endpoints, bytes };
     return this.last;
   }
