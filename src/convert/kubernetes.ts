@@ -28,11 +28,11 @@ export const LABEL_SERVICE_PROXY_NAME = 'service.kubernetes.io/service-proxy-nam
 /** Label that kube-proxy and kpng also exclude (`v1.IsHeadlessService`). */
 export const LABEL_HEADLESS = 'service.kubernetes.io/headless';
 /** Label tying an EndpointSlice to its Service. */
-export const LABEL_SERVICE_NAME = 'kubernetes.io/service-name';
+const LABEL_SERVICE_NAME = 'kubernetes.io/service-name';
 /** Node label giving the node's zone (topology hints). */
 export const LABEL_ZONE = 'topology.kubernetes.io/zone';
 /** Kubernetes' default ClientIP session affinity timeout. */
-export const DEFAULT_AFFINITY_TIMEOUT = 10800;
+const DEFAULT_AFFINITY_TIMEOUT = 10800;
 
 // ---------------------------------------------------------------- input types
 
@@ -197,7 +197,7 @@ function labelsOf(o: { metadata?: unknown }): Record<string, string> | undefined
 }
 
 /** `metadata.namespace` (default `default`, as `kubectl apply` in the default context) and `metadata.name` (required). */
-export function objectKey(o: { metadata?: unknown }): { namespace: string; name: string } {
+function objectKey(o: { metadata?: unknown }): { namespace: string; name: string } {
   const m = meta(o);
   const name = str(m?.name, ['metadata', 'name']);
   if (!name) throw new ConversionError(['metadata', 'name'], 'missing name');
@@ -459,7 +459,7 @@ export function convertEndpoints(svc: KubeService, slices: readonly KubeEndpoint
 export type ObjectKind = 'Service' | 'EndpointSlice' | 'Node' | 'other';
 
 /** Classifies an object by apiVersion and kind (only discovery.k8s.io/v1 EndpointSlices are used). */
-export function kindOf(o: { apiVersion?: unknown; kind?: unknown }): ObjectKind {
+function kindOf(o: { apiVersion?: unknown; kind?: unknown }): ObjectKind {
   if (o.kind === 'Service' && o.apiVersion === 'v1') return 'Service';
   if (o.kind === 'Node' && o.apiVersion === 'v1') return 'Node';
   if (o.kind === 'EndpointSlice' && o.apiVersion === 'discovery.k8s.io/v1') return 'EndpointSlice';

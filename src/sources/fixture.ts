@@ -30,7 +30,7 @@ export type FixtureOptions = Omit<ConvertOptions, 'onSkip'> & {
 };
 
 /** File name extensions of fixture files (for directories). */
-export const FIXTURE_EXTENSIONS = ['.jsonl', '.ndjson', '.json', '.yaml', '.yml'] as const;
+const FIXTURE_EXTENSIONS = ['.jsonl', '.ndjson', '.json', '.yaml', '.yml'] as const;
 
 /** True for a file name replay reads from a directory: a fixture extension, not hidden. */
 export function isFixtureName(name: string): boolean {
@@ -329,7 +329,7 @@ function endpointItem(v: unknown, path: P): Endpoint {
  * with every field type-checked and unknown fields rejected. Throws
  * `ConversionError` naming the field.
  */
-export function itemFromJson(v: unknown): ServiceEndpoints {
+function itemFromJson(v: unknown): ServiceEndpoints {
   const o = fields(v, [], ['Service', 'Endpoints']);
   if (o.Service === undefined || o.Service === null) fail(['Service'], 'missing Service');
   const Service = serviceItem(o.Service, ['Service']);

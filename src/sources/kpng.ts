@@ -24,7 +24,7 @@ import { Store } from '../state.js';
 import { decodeOpItem, endpointJson } from '../wirejson.js';
 
 /** Full method path of the only call of the localv1 API. */
-export const WATCH_METHOD = '/localv1.Sets/Watch';
+const WATCH_METHOD = '/localv1.Sets/Watch';
 
 /** TLS material (PEM contents, not paths). TLS is used when any is given. */
 export interface KpngTlsOptions {

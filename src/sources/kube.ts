@@ -47,7 +47,7 @@ import {
   type KubeEndpointSlice,
 } from '../convert/kubernetes.js';
 import type { GlobFilter } from '../convert/glob.js';
-import { CalloutError, usageError } from '../errors.js';
+import { CalloutError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import type { Endpoint } from '../model.js';
 import type { Source, SourceStatus, StateSink } from '../source.js';
@@ -216,7 +216,7 @@ const NETWORK_CODES: Record<string, string> = {
  * One clear line for a failed list or watch: unreachable server, 401, 403
  * (naming the verb and resource RBAC must grant), or what the server said.
  */
-export function describeKubeError(err: unknown, verb: 'list' | 'watch', w: { resource: string; group: string }, server: string): string {
+function describeKubeError(err: unknown, verb: 'list' | 'watch', w: { resource: string; group: string }, server: string): string {
   const e = err as { code?: unknown; statusCode?: unknown; body?: unknown; message?: string; cause?: { code?: unknown } } | undefined;
   const status = typeof e?.code === 'number' ? e.code : typeof e?.statusCode === 'number' ? e.statusCode : undefined;
   const res = qualified(w);
