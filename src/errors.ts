@@ -9,15 +9,20 @@ export type ErrorCode =
   | 'input'
   /** The source (kpng server, Kubernetes API) failed. */
   | 'source'
-  /** A callout run failed. */
-  | 'run';
+  /** A local resource cannot be used (a port in use, a file we must write): exit 1, no usage hint. */
+  | 'io'
+  /** The callout cannot be run at all (exit 127 or 126, as a shell would). */
+  | 'callout';
 
 export class CalloutError extends Error {
   readonly code: ErrorCode;
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+  /** The exit status this error asks for, when not the code's usual one. */
+  readonly exitCode: number | undefined;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; exitCode?: number }) {
     super(message, options);
     this.name = 'CalloutError';
     this.code = code;
+    this.exitCode = options?.exitCode;
   }
 }
 

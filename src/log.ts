@@ -65,3 +65,68 @@ export function createLogger(options: LoggerOptions = {}): Logger {
 
 /** A logger that drops everything (library default). */
 export const silentLogger: Logger = { error() {}, warn() {}, info() {}, debug() {} };
+
+/** Options of {@link createRepeatFilter}. */
+export interface RepeatFilterOptions {
+  /** Least time between two reports of the same failure at its own level (ms). Default 60000. */
+  intervalMs?: number;
+  /** Millisecond clock (tests). Default Date.now. */
+  now?: () => number;
+}
+
+/** What to do with one occurrence of a failure. */
+export interface RepeatVerdict {
+  /** Log it at its own level (true) or at debug only (false). */
+  loud: boolean;
+  /** For a loud repeat: how many occurrences since the last loud one went to debug only (else 0). */
+  repeated: number;
+}
+
+/**
+ * The rule for failures that keep happening (a source retrying a server that
+ * is down): logged when a failure first happens or changes, the same failure
+ * again at most once per interval (with how many times it repeated), at debug
+ * level in between. `clear()` when the condition is over (connected again),
+ * so the next failure is logged at once.
+ */
+export interface RepeatFilter {
+  /** Decides for one occurrence of the failure `key` (a message without what varies per attempt). */
+  check(key: string): RepeatVerdict;
+  /**
+   * Logs `msg` at `level` or at debug as {@link check} decides, a loud repeat
+   * with the field `repeated=N`. `key` defaults to `msg`.
+   */
+  log(logger: Logger, level: 'error' | 'warn' | 'info', msg: string, fields?: LogFields, key?: string): void;
+  /** The failing condition is over: the next failure is new. */
+  clear(): void;
+}
+
+export function createRepeatFilter(options: RepeatFilterOptions = {}): RepeatFilter {
+  const intervalMs = options.intervalMs ?? 60_000;
+  const now = options.now ?? Date.now;
+  // Only the latest failure is remembered: a change is news even when it
+  // changes back (A, B, A logs three lines), so the log always shows the
+  // current failure.
+  let last: { key: string; loudAt: number; quiet: number } | undefined;
+  const check = (key: string): RepeatVerdict => {
+    const t = now();
+    if (last === undefined || last.key !== key || t - last.loudAt >= intervalMs) {
+      const repeated = last?.key === key ? last.quiet : 0;
+      last = { key, loudAt: t, quiet: 0 };
+      return { loud: true, repeated };
+    }
+    last.quiet++;
+    return { loud: false, repeated: 0 };
+  };
+  return {
+    check,
+    log(logger, level, msg, fields, key = msg) {
+      const v = check(key);
+      if (!v.loud) return logger.debug(msg, fields);
+      logger[level](msg, v.repeated > 0 ? { ...fields, repeated: v.repeated } : fields);
+    },
+    clear() {
+      last = undefined;
+    },
+  };
+}

@@ -1,6 +1,8 @@
 /**
  * Observability: Prometheus metrics (`/metrics`), liveness (`/healthz`) and
- * readiness (`/readyz`) on `--metrics-addr`.
+ * readiness (`/readyz`) on `--metrics-addr`; `/healthz` and `/readyz` alone
+ * on `--health-addr` (metrics on loopback, probes on the node's address, as
+ * kube-proxy splits them).
  *
  * `Metrics` is fed by the CLI from three places and knows nothing else:
  * runner events (`onRunnerEvent`), source status (`onSourceStatus`) and the
@@ -266,19 +268,67 @@ function minDefined(a: number | undefined, b: number | undefined): number | unde
 
 /** A running metrics HTTP server. */
 export interface MetricsServer {
-  /** Where it listens: `host:port` (the real port when 0 was asked) or `unix:PATH`. */
+  /**
+   * Where it listens: `host:port` (the real port when 0 was asked; `[::]:port`
+   * or `0.0.0.0:port` for every interface) or `unix:PATH`.
+   */
   readonly address: string;
   /** Stops listening and drops open connections. */
   close(): Promise<void>;
 }
 
+/** Options of {@link serveMetrics}. */
+export interface ServeOptions {
+  /**
+   * `all` (default): `/metrics`, `/healthz` and `/readyz`. `health`: only
+   * `/healthz` and `/readyz`, for an address the kubelet's probes reach while
+   * the metrics stay on loopback (kube-proxy's split).
+   */
+  endpoints?: 'all' | 'health';
+  /** The option named in errors and logs. Default `--metrics-addr`, or `--health-addr` for `health`. */
+  flag?: string;
+}
+
+const ERRNO_TEXT: Record<string, string> = {
+  EADDRINUSE: 'address already in use',
+  EADDRNOTAVAIL: 'address not available on this host',
+  EACCES: 'permission denied',
+  EPERM: 'operation not permitted',
+  ENOTFOUND: 'host not found',
+  EAI_AGAIN: 'name resolution failed',
+  EAFNOSUPPORT: 'address family not supported',
+  ENOENT: 'no such directory',
+  ENOTDIR: 'not a directory',
+};
+
+/** Why listening failed, for people: `address already in use (EADDRINUSE)`. */
+function listenErrorText(err: NodeJS.ErrnoException, port: number, unix: boolean): string {
+  const code = err.code;
+  if (code === undefined) return err.message;
+  let text = `${ERRNO_TEXT[code] ?? err.message} (${code})`;
+  if (code === 'EADDRINUSE') text += unix ? '; remove the stale socket file or choose another path' : '; another process listens there: choose another port';
+  if (code === 'EACCES' && !unix && port > 0 && port < 1024) text += '; ports below 1024 need root or CAP_NET_BIND_SERVICE';
+  return text;
+}
+
 /**
  * Serves `/metrics`, `/healthz` and `/readyz` for `metrics` on `addr`
- * (`host:port`, `[v6]:port` or `unix:PATH`, as parseHostPort accepts;
- * port 0 picks a free one). Rejects with a CalloutError naming the flag
- * when it cannot listen.
+ * (`host:port`, `[v6]:port`, `:port` for every interface, or `unix:PATH`, as
+ * parseHostPort accepts; port 0 picks a free one); with `endpoints: 'health'`
+ * only `/healthz` and `/readyz`.
+ *
+ * `:port` listens on the unspecified IPv6 address `::`, dual-stack (IPv4
+ * clients too), or on 0.0.0.0 where IPv6 is unavailable: Node's behaviour for
+ * a listen without a host.
+ *
+ * Rejects with CalloutError code `io` (exit 1, not a usage error) naming the
+ * flag, the address and the errno when it cannot listen:
+ * `--metrics-addr 127.0.0.1:9100: cannot listen: address already in use (EADDRINUSE); ...`.
  */
-export async function serveMetrics(metrics: Metrics, addr: string, logger: Logger = silentLogger): Promise<MetricsServer> {
+export async function serveMetrics(metrics: Metrics, addr: string, logger: Logger = silentLogger, options: ServeOptions = {}): Promise<MetricsServer> {
+  const endpoints = options.endpoints ?? 'all';
+  const flag = options.flag ?? (endpoints === 'health' ? '--health-addr' : '--metrics-addr');
+  const paths = endpoints === 'all' ? '/metrics, /healthz and /readyz' : '/healthz and /readyz';
   const check = (res: ServerResponse, c: Check, head: boolean): void => {
     res.writeHead(c.ok ? 200 : 503, { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' });
     res.end(head ? undefined : c.reason + '\n');
@@ -293,6 +343,7 @@ export async function serveMetrics(metrics: Metrics, addr: string, logger: Logge
     }
     switch (path) {
       case '/metrics': {
+        if (endpoints === 'health') break;
         const body = await metrics.registry.metrics();
         res.writeHead(200, { 'content-type': metrics.registry.contentType, 'cache-control': 'no-store' });
         res.end(head ? undefined : body);
@@ -302,15 +353,14 @@ export async function serveMetrics(metrics: Metrics, addr: string, logger: Logge
         return check(res, metrics.health(), head);
       case '/readyz':
         return check(res, metrics.readiness(), head);
-      default:
-        res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' });
-        res.end('not found: try /metrics, /healthz or /readyz\n');
     }
+    res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' });
+    res.end(endpoints === 'all' ? 'not found: try /metrics, /healthz or /readyz\n' : 'not found: try /healthz or /readyz (this is the health address; /metrics is on --metrics-addr)\n');
   };
 
   const server: Server = createServer((req, res) => {
     handle(req, res).catch((err: unknown) => {
-      logger.warn(`metrics: ${req.url ?? ''}: ${(err as Error)?.message ?? String(err)}`);
+      logger.warn(`${flag}: ${req.url ?? ''}: ${(err as Error)?.message ?? String(err)}`);
       if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' });
       res.end('internal error\n');
     });
@@ -328,7 +378,7 @@ export async function serveMetrics(metrics: Metrics, addr: string, logger: Logge
   }
   await new Promise<void>((resolve, reject) => {
     const onError = (err: NodeJS.ErrnoException): void => {
-      reject(new CalloutError('usage', `--metrics-addr ${addr}: cannot listen (${err.code ?? err.message})`, { cause: err }));
+      reject(new CalloutError('io', `${flag} ${addr}: cannot listen: ${listenErrorText(err, port, unix !== undefined)}`, { cause: err }));
     };
     server.once('error', onError);
     const onListening = (): void => {
@@ -336,12 +386,19 @@ export async function serveMetrics(metrics: Metrics, addr: string, logger: Logge
       resolve();
     };
     if (unix !== undefined) server.listen(unix, onListening);
+    // No host: Node listens on `::` (dual-stack) or, without IPv6, on 0.0.0.0.
+    else if (host === '') server.listen(port, onListening);
     else server.listen(port, host, onListening);
   });
-  server.on('error', (err) => logger.warn(`metrics server: ${err.message}`));
-  const a = server.address();
-  const address = unix !== undefined ? addr : `${host.includes(':') ? `[${host}]` : host}:${(a as AddressInfo).port}`;
-  logger.info(`serving /metrics, /healthz and /readyz on ${unix !== undefined ? address : `http://${address}`}`);
+  server.on('error', (err) => logger.warn(`${flag} server: ${err.message}`));
+  let address = addr;
+  if (unix === undefined) {
+    const a = server.address() as AddressInfo;
+    const h = host === '' ? a.address : host;
+    address = `${h.includes(':') ? `[${h}]` : h}:${a.port}`;
+  }
+  const where = unix !== undefined ? address : `http://${address}${host === '' ? ' (every interface)' : ''}`;
+  logger.info(`serving ${paths} on ${where}`);
   return {
     address,
     close: () =>

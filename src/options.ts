@@ -39,20 +39,32 @@ export function parseSize(option: string, value: string): number {
   return n;
 }
 
+/** What {@link parseHostPort} accepts besides `HOST:PORT` with a port in 1-65535. */
+export interface HostPortOptions {
+  /** Port 0: listen on any free port (e.g. --metrics-addr in tests). */
+  allowPortZero?: boolean;
+  /** `:PORT`: listen on every interface (Go's convention; for listen addresses only). */
+  allowEmptyHost?: boolean;
+}
+
 /**
- * `host:port`, `[v6]:port` or a `unix:` address, validated. `allowPortZero`
- * accepts port 0 (listen on any free port, e.g. --metrics-addr in tests).
+ * `host:port`, `[v6]:port` or a `unix:` address, validated; returned as given.
+ * See {@link HostPortOptions} for port 0 and `:PORT`.
  */
-export function parseHostPort(option: string, value: string, allowPortZero = false): string {
+export function parseHostPort(option: string, value: string, options: HostPortOptions = {}): string {
+  const { allowPortZero = false, allowEmptyHost = false } = options;
   if (value.startsWith('unix:')) {
     if (value.length <= 5) throw usageError(option, value, 'expected unix:PATH');
     return value;
   }
   const m = /^(\[[0-9a-fA-F:.]+\]|[^:[\]\s]*):(\d+)$/.exec(value);
-  if (!m) throw usageError(option, JSON.stringify(value), 'expected HOST:PORT, such as 127.0.0.1:12090 or [::1]:12090');
+  if (!m) {
+    const example = allowEmptyHost ? '127.0.0.1:9100, [::1]:9100 or :9100 (every interface)' : '127.0.0.1:12090 or [::1]:12090';
+    throw usageError(option, JSON.stringify(value), `expected HOST:PORT, such as ${example}`);
+  }
   const port = Number(m[2]);
   if (port < (allowPortZero ? 0 : 1) || port > 65535) throw usageError(option, value, `port out of range ${allowPortZero ? 0 : 1}-65535`);
-  if (m[1] === '') throw usageError(option, value, 'missing host, such as 127.0.0.1');
+  if (m[1] === '' && !allowEmptyHost) throw usageError(option, value, 'missing host, such as 127.0.0.1');
   return value;
 }
 

@@ -9,6 +9,12 @@
  *   `resyncPeriodMs` forces a periodic re-run anyway.
  * - Each run is its own process group: a timeout (or stop) SIGTERMs the whole
  *   group, then SIGKILLs it after a grace period.
+ * - Nothing of a run outlives it: once the callout has exited and its output
+ *   is drained, whatever is left in its group (background processes) is
+ *   killed the same way, with a warning naming the pids, before the run
+ *   counts as finished; at our exit the in-flight group is SIGKILLed.
+ * - Our own output streams may break (EPIPE when stdout is a closed pipe): the
+ *   callout's output meant for a broken stream is dropped, never waited for.
  * - Failures are retried with capped exponential backoff and jitter; a newer
  *   state supersedes a pending retry.
  *
@@ -22,9 +28,10 @@
  * the plain ChildProcess.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import type { Readable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 import { silentLogger, type Logger } from './log.js';
-import { groupAlive, PrefixedLines, Tail } from './child-output.js';
+import { spawnErrorMessage } from './callout-check.js';
+import { groupAlive, groupMembers, jsonLineFormat, signalGroup, StderrLines, Tail, textLineFormat } from './child-output.js';
 import { sameState, type State } from './state.js';
 
 /** Timer functions, injectable for tests (method syntax so the Node globals fit). */
@@ -59,8 +66,15 @@ export interface RunnerOptions {
   env?: NodeJS.ProcessEnv;
   /** Where the callout's stdout goes, unchanged (default process.stdout). */
   stdout?: NodeJS.WritableStream;
-  /** Where the callout's stderr goes, each line prefixed `[run N] ` (default process.stderr). */
+  /** Where the callout's stderr goes, line by line in `stderrFormat` (default process.stderr). */
   stderr?: NodeJS.WritableStream;
+  /**
+   * How each line of the callout's stderr is written: `text` (default) as
+   * `[run N] line`, `json` as one object per line,
+   * `{"time":"…","level":"info","run":N,"stream":"stderr","msg":"line"}` (for
+   * `--log-format json`: every line on our stderr is then JSON).
+   */
+  stderrFormat?: 'text' | 'json';
   /** Our own log lines (default: silent). */
   logger?: Logger;
   /** Millisecond clock for durations and event times (default Date.now). */
@@ -97,6 +111,13 @@ export interface RunResult {
   message?: string;
   /** errno code of a spawn error (ENOENT, EACCES, ...). */
   errorCode?: string;
+  /**
+   * Processes still running in the callout's process group after it exited
+   * (background processes it started), which the runner then killed.
+   */
+  leftoverPids?: number[];
+  /** We ended it (stop, kill): not the callout's failure, so not logged as one. */
+  stopped?: boolean;
 }
 
 /** Why a run started. */
@@ -135,16 +156,73 @@ interface NowRequest {
 const GROUP_POLL_MS = 50;
 /** After SIGKILL, how long we keep checking that the group is gone. */
 const AFTER_KILL_WAIT_MS = 2000;
+/**
+ * After the callout exited, output can only be what was left in its pipes
+ * (at most the pipe capacity, 1 MiB at most on Linux) unless a background
+ * process writes: past this many bytes, or this long of output flowing with
+ * nothing blocking it, we stop reading (and kill the writer with the group).
+ */
+const AFTER_EXIT_MAX_BYTES = 4 * 1024 * 1024;
+const AFTER_EXIT_BUSY_MS = 2000;
 
-function spawnMessage(file: string, err: NodeJS.ErrnoException): string {
-  const hint = 'set --callout or $CALLOUT to an executable';
-  switch (err.code) {
-    case 'ENOENT':
-      return `callout ${file} not found (ENOENT): ${hint}`;
-    case 'EACCES':
-      return `callout ${file} is not executable (EACCES): ${hint}`;
-    default:
-      return `callout ${file} could not be started (${err.code ?? 'error'}): ${err.message}`;
+/**
+ * One of our output streams as the runner writes to it. Once it errors or is
+ * closed (EPIPE: the reader of our stdout went away) it stays broken: what is
+ * meant for it is dropped, and nothing waits for its 'drain'. Handling its
+ * 'error' here also keeps a broken stream from crashing the process with an
+ * unhandled 'error' event while a run forwards to it.
+ */
+class Outlet {
+  private isBroken: boolean;
+  private readonly waiters = new Set<() => void>();
+
+  constructor(
+    readonly dest: NodeJS.WritableStream,
+    private readonly onBroken: (why: string) => void,
+  ) {
+    const d = dest as Partial<Writable>;
+    this.isBroken = d.destroyed === true || d.writableEnded === true;
+    dest.on('error', (err: NodeJS.ErrnoException) => this.fail(err.code ?? err.message));
+    dest.on('close', () => this.fail('closed'));
+    dest.on('drain', () => this.release());
+  }
+
+  get broken(): boolean {
+    return this.isBroken;
+  }
+
+  /** Writes `b`; false when the caller should wait for `whenWritable` (backpressure). */
+  write(b: Buffer): boolean {
+    if (this.isBroken) return true;
+    try {
+      return this.dest.write(b) || this.isBroken;
+    } catch (err) {
+      this.fail((err as NodeJS.ErrnoException).code ?? String(err));
+      return true;
+    }
+  }
+
+  /** Calls `fn` once the stream drains or breaks; returns a canceller. */
+  whenWritable(fn: () => void): () => void {
+    if (this.isBroken) {
+      queueMicrotask(fn); // never synchronously: the caller is still registering
+      return () => {};
+    }
+    this.waiters.add(fn);
+    return () => void this.waiters.delete(fn);
+  }
+
+  private fail(why: string): void {
+    if (this.isBroken) return;
+    this.isBroken = true;
+    this.onBroken(why);
+    this.release();
+  }
+
+  private release(): void {
+    const fns = [...this.waiters];
+    this.waiters.clear();
+    for (const fn of fns) fn();
   }
 }
 
@@ -178,8 +256,11 @@ export class Runner {
   private readonly pipeDrainMs: number;
   private readonly nodeName: string;
   private readonly baseEnv: NodeJS.ProcessEnv;
-  private readonly out: NodeJS.WritableStream;
-  private readonly err: NodeJS.WritableStream;
+  private readonly outStream: NodeJS.WritableStream;
+  private readonly errStream: NodeJS.WritableStream;
+  private readonly stderrFormat: 'text' | 'json';
+  /** Our stdout and stderr as outlets, made at the first run (their listeners stay for the runner's life). */
+  private outlets: { out: Outlet; err: Outlet } | undefined;
   private readonly log: Logger;
   private readonly now: () => number;
   private readonly timers: RunnerTimers;
@@ -225,8 +306,9 @@ export class Runner {
     this.pipeDrainMs = Math.max(1, options.pipeDrainMs ?? 200);
     this.nodeName = options.nodeName;
     this.baseEnv = options.env ?? process.env;
-    this.out = options.stdout ?? process.stdout;
-    this.err = options.stderr ?? process.stderr;
+    this.outStream = options.stdout ?? process.stdout;
+    this.errStream = options.stderr ?? process.stderr;
+    this.stderrFormat = options.stderrFormat ?? 'text';
     this.log = options.logger ?? silentLogger;
     this.now = options.now ?? Date.now;
     this.timers = options.timers ?? { setTimeout: (fn, ms) => setTimeout(fn, ms), clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
@@ -294,7 +376,7 @@ export class Runner {
    * Stops accepting states, cancels the pending debounce, retry and resync, lets
    * an in-flight run finish within `graceMs` (default killGraceMs), then
    * SIGTERMs its process group and SIGKILLs it killGraceMs later. Resolves when
-   * the run is over and its group is gone.
+   * the run is over and its group is gone (background processes included).
    */
   stop(graceMs?: number): Promise<void> {
     if (this.stopping) return this.stopping;
@@ -316,7 +398,11 @@ export class Runner {
     return this.stopping;
   }
 
-  /** Immediately SIGKILLs the in-flight run's process group (and stops the runner). */
+  /**
+   * Immediately SIGKILLs the in-flight run's process group, background
+   * processes included (and stops the runner). `idle()` and `stop()` resolve
+   * once the kill is confirmed (bounded).
+   */
   kill(): void {
     this.shutdown();
     if (this.current) {
@@ -463,7 +549,7 @@ export class Runner {
   private launch(state: State, reason: RunReason, since: number | undefined, after: (r: RunResult) => void): void {
     const run = ++this.runCounter;
     const started = this.now();
-    this.log.debug('callout run started', { run, reason, services: state.services, bytes: state.bytes });
+    this.log.debug('callout run started', { run, reason, services: state.services, bytes: state.bytes, input: state.origin });
     this.emit({ type: 'run-started', run, reason, pendingSince: since, at: started, services: state.services, bytes: state.bytes });
     const inflight = this.execute(run, state, started);
     this.current = inflight;
@@ -485,11 +571,13 @@ export class Runner {
         durationMs: r.durationMs,
         exitCode: r.exitCode,
         signal: r.signal,
-        stderr: r.stderrTail,
+        input: state.origin,
       };
+      // The callout's stderr was already shown live: only a failure repeats its tail.
       if (r.result === 'ok') this.log.info('callout run finished', fields);
-      else if (r.result === 'spawn-error') this.log.error(r.message ?? 'callout could not be started', { run, durationMs: r.durationMs });
-      else this.log.warn(r.message ?? describe(r, this.timeoutMs), fields);
+      else if (r.stopped) this.log.info(r.message ?? `callout run ${run} stopped`, fields);
+      else if (r.result === 'spawn-error') this.log.error(r.message ?? 'callout could not be started', { run, durationMs: r.durationMs, input: state.origin });
+      else this.log.warn(r.message ?? describe(r, this.timeoutMs), { ...fields, stderr: r.stderrTail });
       this.emit({ type: 'run-finished', reason, pendingSince: since, at: this.now(), ...r });
       this.armResync();
       after(r);
@@ -523,6 +611,15 @@ export class Runner {
 
   // --- one process ----------------------------------------------------------
 
+  /** Our stdout and stderr as outlets (created once: their listeners must not pile up per run). */
+  private getOutlets(): { out: Outlet; err: Outlet } {
+    this.outlets ??= {
+      out: new Outlet(this.outStream, (why) => this.log.debug(`our stdout is closed (${why}): the callout's stdout is dropped`)),
+      err: new Outlet(this.errStream, (why) => this.log.debug(`our stderr is closed (${why}): the callout's stderr is dropped`)),
+    };
+    return this.outlets;
+  }
+
   private execute(run: number, state: State, started: number): InFlight {
     const env: NodeJS.ProcessEnv = { ...this.baseEnv, KPNG_CALLOUT_RUN: String(run), KPNG_NODE_NAME: this.nodeName };
     const elapsed = (): number => Math.max(0, this.now() - started);
@@ -530,7 +627,7 @@ export class Runner {
       run,
       result: 'spawn-error',
       durationMs: elapsed(),
-      message: spawnMessage(this.file, err),
+      message: spawnErrorMessage(this.file, err, env),
       ...(err.code ? { errorCode: err.code } : {}),
     });
 
@@ -553,30 +650,31 @@ export class Runner {
     let killTimer: unknown;
     let timeoutTimer: unknown;
 
-    const signalGroup = (sig: NodeJS.Signals): void => {
+    const signalAll = (sig: NodeJS.Signals): void => {
       if (pgid === undefined) return;
-      try {
-        process.kill(-pgid, sig);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ESRCH') this.log.debug(`cannot signal the callout's group: ${String(err)}`, { run });
-      }
+      const problem = signalGroup(pgid, sig);
+      if (problem) this.log.debug(`cannot signal the callout's group: ${problem}`, { run });
     };
     const sendKill = (): void => {
       if (killTimer !== undefined) this.timers.clearTimeout(killTimer);
       killTimer = undefined;
       sigkillSent = true;
-      signalGroup('SIGKILL');
+      signalAll('SIGKILL');
+    };
+    /** SIGTERM the group now and SIGKILL it after the grace (unless already under way). */
+    const terminateGroup = (): void => {
+      if (sigterm || sigkillSent) return;
+      sigterm = 'SIGTERM';
+      signalAll('SIGTERM');
+      killTimer = this.timers.setTimeout(() => {
+        killTimer = undefined;
+        this.log.debug('callout group still running after SIGTERM: SIGKILL it', { run });
+        sendKill();
+      }, this.killGraceMs);
     };
     const terminate = (why: 'timeout' | 'stop'): void => {
       killedBy ??= why;
-      if (sigterm || sigkillSent) return;
-      sigterm = 'SIGTERM';
-      signalGroup('SIGTERM');
-      killTimer = this.timers.setTimeout(() => {
-        killTimer = undefined;
-        this.log.debug('callout still running after SIGTERM: SIGKILL its group', { run });
-        sendKill();
-      }, this.killGraceMs);
+      terminateGroup();
     };
     const kill = (): void => {
       killedBy ??= 'kill';
@@ -615,33 +713,35 @@ export class Runner {
       if (!err) this.emit({ type: 'input-written', run, bytes: state.bytes, at: this.now() });
     });
 
-    // stdout/stderr: forwarded as they come, with backpressure from our side.
+    // stdout/stderr: forwarded as they come, with backpressure from our side
+    // (unless our side is broken: then dropped, but still read, so that the
+    // callout never blocks on a full pipe).
+    const outlets = this.getOutlets();
     const tail = new Tail();
-    const lines = new PrefixedLines(Buffer.from(`[run ${run}] `), tail);
+    const lines = new StderrLines(this.stderrFormat === 'json' ? jsonLineFormat(run, this.now) : textLineFormat(run), tail);
     let activity = 0;
     let blocked = 0;
-    const drains: Array<[NodeJS.WritableStream, () => void]> = [];
-    const forward = (src: Readable, dest: NodeJS.WritableStream, map: (b: Buffer) => Buffer | undefined): void => {
+    let bytesAfterExit = 0;
+    const cancels = new Set<() => void>();
+    const forward = (src: Readable, outlet: Outlet, map: (b: Buffer) => Buffer | undefined): void => {
       src.on('data', (chunk: Buffer) => {
         activity++;
+        if (exited) bytesAfterExit += chunk.length;
         const b = map(chunk);
-        if (b !== undefined && !dest.write(b)) {
-          src.pause();
-          blocked++;
-          const onDrain = (): void => {
-            const i = drains.findIndex((d) => d[1] === onDrain);
-            if (i >= 0) drains.splice(i, 1);
-            blocked--;
-            src.resume();
-          };
-          drains.push([dest, onDrain]);
-          dest.once('drain', onDrain);
-        }
+        if (b === undefined || outlet.write(b)) return;
+        src.pause();
+        blocked++;
+        const cancel = outlet.whenWritable(() => {
+          cancels.delete(cancel);
+          blocked--;
+          src.resume();
+        });
+        cancels.add(cancel);
       });
       src.on('error', (err) => this.log.debug(`reading callout output: ${err.message}`, { run }));
     };
-    forward(stdout, this.out, (b) => b);
-    forward(stderr, this.err, (b) => lines.push(b));
+    forward(stdout, outlets.out, (b) => b);
+    forward(stderr, outlets.err, (b) => lines.push(b));
     const closed = new Promise<void>((resolve) => child.once('close', () => resolve()));
     let isClosed = false;
     void closed.then(() => (isClosed = true));
@@ -655,32 +755,41 @@ export class Runner {
       }, this.timeoutMs);
     }
 
+    const alive = (): boolean => groupAlive(pgid);
+    /** Waits until the group is gone: through the SIGTERM grace, then (bounded) after SIGKILL. */
+    const waitGone = async (): Promise<void> => {
+      while (!sigkillSent && alive()) await this.sleep(GROUP_POLL_MS);
+      if (killTimer !== undefined) this.timers.clearTimeout(killTimer);
+      killTimer = undefined;
+      for (let waited = 0; sigkillSent && waited < AFTER_KILL_WAIT_MS && alive(); waited += GROUP_POLL_MS) {
+        await this.sleep(GROUP_POLL_MS);
+      }
+    };
+
     const done = (async (): Promise<RunResult> => {
       const o = await outcome;
       exited = true;
       if (timeoutTimer !== undefined) this.timers.clearTimeout(timeoutTimer);
       timeoutTimer = undefined;
       const result = 'error' in o ? undefined : o;
+      const killedAtExit = killedBy;
 
-      if (killedBy !== undefined) {
-        // We killed it: make sure the rest of its group goes too, bounded by the
-        // SIGKILL timer, which we cancel as soon as the group is gone.
-        while (!sigkillSent && groupAlive(pgid)) await this.sleep(GROUP_POLL_MS);
-        if (killTimer !== undefined) this.timers.clearTimeout(killTimer);
-        killTimer = undefined;
-        for (let waited = 0; sigkillSent && waited < AFTER_KILL_WAIT_MS && groupAlive(pgid); waited += GROUP_POLL_MS) {
-          await this.sleep(GROUP_POLL_MS);
-        }
-      }
+      // We killed it: make sure the rest of its group goes too, bounded by the
+      // SIGKILL timer, which we cancel as soon as the group is gone.
+      if (killedBy !== undefined) await waitGone();
 
-      // Let the pipes reach EOF, but a background grandchild may hold them open:
+      // Let the pipes reach EOF, but a background process may hold them open:
       // give up once they have been quiet for pipeDrainMs (unless we are only
-      // waiting for our own output to drain, and the run was not killed).
+      // waiting for our own output to drain, and the run was not killed), or
+      // when output keeps coming after the exit (a background writer).
+      let busyMs = 0;
       while (!isClosed) {
         const seen = activity;
         await this.within(closed, this.pipeDrainMs);
         if (isClosed) break;
         if (activity === seen && (blocked === 0 || killedBy !== undefined)) break;
+        if (blocked === 0 && (busyMs += this.pipeDrainMs) >= AFTER_EXIT_BUSY_MS) break;
+        if (bytesAfterExit > AFTER_EXIT_MAX_BYTES) break;
       }
       if (!isClosed) {
         this.log.debug('callout exited but its output is still open (background process?): stop reading', { run });
@@ -688,9 +797,30 @@ export class Runner {
         stderr.destroy();
       }
       stdin.destroy();
-      for (const [dest, fn] of drains.splice(0)) dest.removeListener('drain', fn);
+      for (const cancel of cancels) cancel();
+      cancels.clear();
       const rest = lines.flush();
-      if (rest) this.err.write(rest);
+      if (rest) outlets.err.write(rest);
+
+      // Whatever is still alive in the group was started by the callout and
+      // left behind: it must not outlive the run (nor overlap the next one).
+      const left = groupMembers(pgid);
+      const leftover = killedAtExit === undefined && left.length > 0 ? left : undefined;
+      if (left.length > 0) {
+        if (leftover) {
+          this.log.warn(`callout run ${run} exited but left processes running (pids ${left.join(', ')}): terminating them; a callout must not leave background processes behind`, {
+            run,
+            pids: left.join(','),
+            input: state.origin,
+          });
+        }
+        if (!sigterm && !sigkillSent) terminateGroup();
+        else if (sigkillSent) signalAll('SIGKILL'); // reaches what appeared since
+        else if (killTimer === undefined) sendKill(); // an earlier SIGTERM's grace is over
+        await waitGone();
+        const still = groupMembers(pgid);
+        if (still.length > 0) this.log.warn(`callout run ${run}: processes still present after SIGKILL (pids ${still.join(', ')})`, { run });
+      }
 
       const r: RunResult = { run, result: 'ok', durationMs: elapsed() };
       if (result?.code != null) r.exitCode = result.code;
@@ -700,6 +830,8 @@ export class Runner {
       else if (result?.code !== 0) r.result = 'failed';
       const t = tail.text();
       if (t !== undefined) r.stderrTail = t;
+      if (leftover) r.leftoverPids = leftover;
+      if (killedBy === 'stop' || killedBy === 'kill') r.stopped = true;
       if (r.result !== 'ok') {
         r.message =
           killedBy === 'stop' || killedBy === 'kill' ? `callout run ${run} stopped (${r.signal ?? `exit status ${r.exitCode}`})` : describe(r, this.timeoutMs);
@@ -710,4 +842,3 @@ export class Runner {
     return { run, done, terminate, kill };
   }
 }
-

@@ -17,6 +17,8 @@ export interface State {
   readonly endpoints: number;
   /** Total bytes of `lines`. */
   readonly bytes: number;
+  /** Where this state came from, for logs (replay: the fixture's name); not part of its content. */
+  readonly origin?: string;
 }
 
 /** The empty state. */

@@ -119,9 +119,33 @@ t.test('API down at start, then 403: a clear line each, no run before every list
   t.match(out, /"V4":\["10\.30\.0\.1"\]\},"Local":true/, 'with its endpoints');
 });
 
+t.test('an unreachable API server: one line per attempt, not one per resource; repeats at debug level', async (t) => {
+  const srv = new KubeApiServer();
+  await srv.listen();
+  const kubeconfig = srv.writeKubeconfig();
+  await srv.close();
+  const c = run(t, 'kpng-json', ['kube', '-v', '--kubeconfig', kubeconfig, '--node-name', 'node-a']);
+  // Backoff 500 ms, 1 s, 2 s: the third attempt's line comes after about 1.5 s.
+  await c.line('stderr', /retrying in 2000ms/, 'third attempt');
+  const lines = c.stderr.filter((l) => /cannot reach/.test(l)).map((l) => l.replace(/127\.0\.0\.1:\d+/, 'HOST'));
+  const what = 'cannot reach the Kubernetes API server http://HOST: connection refused (ECONNREFUSED; list services, list endpointslices.discovery.k8s.io, list nodes)';
+  t.same(lines.slice(0, 3), [
+    `kpng-json error: ${what}; retrying in 500ms waiting="initial list"`,
+    `kpng-json debug: ${what}; retrying in 1000ms waiting="initial list"`,
+    `kpng-json debug: ${what}; retrying in 2000ms waiting="initial list"`,
+  ]);
+});
+
 t.test('configuration errors', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'kubeconfig-'));
+  const emptyFile = join(dir, 'empty');
+  writeFileSync(emptyFile, '');
+  const braces = join(dir, 'braces');
+  writeFileSync(braces, '{}\n');
   // [args, env, exit status, stderr]; run side by side.
   const cases: Array<[string[], NodeJS.ProcessEnv, number, RegExp]> = [
+    [['--kubeconfig', emptyFile], {}, 1, /^kpng-json: --kubeconfig \S+\/empty: empty file: no current context and no clusters; pass a complete kubeconfig: .*`kubectl config view --minify --flatten` prints one\)$/],
+    [[], { KUBECONFIG: braces }, 1, /^kpng-json: \$KUBECONFIG \S+\/braces: no current context and no clusters; pass a complete kubeconfig/],
     [[], {}, 1, /no Kubernetes API configuration: no --kubeconfig, \$KUBECONFIG unset, not in a cluster \(KUBERNETES_SERVICE_HOST unset\) and no .*\.kube\/config/],
     [['--kubeconfig', '/nonexistent/config'], {}, 2, /--kubeconfig \/nonexistent\/config: cannot read file \(ENOENT\)/],
     [[], { KUBECONFIG: '/nonexistent/a:/nonexistent/b' }, 2, /\$KUBECONFIG \/nonexistent\/a:\/nonexistent\/b: no such file/],
@@ -132,6 +156,10 @@ t.test('configuration errors', async (t) => {
   for (const [i, [args, , status, re]] of cases.entries()) {
     const p = procs[i]!;
     t.equal(await p.done, status, args.join(' '));
-    t.match(p.stderr.join('\n'), re);
+    // Past the startup line, if any, the error.
+    const errors = p.stderr.filter((l) => !/^kpng-json info:/.test(l)).join('\n');
+    t.match(errors, re);
+    t.notMatch(errors, /Cannot read properties|\n\s+at /, 'no JavaScript error text or stack');
+    if (status === 1) t.notOk(p.stderr.some((l) => /--help/.test(l)), 'no usage hint');
   }
 });

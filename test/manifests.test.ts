@@ -1,13 +1,15 @@
 /**
  * manifests/ and the Dockerfile: every manifest parses; the ClusterRole grants
  * exactly what the kube source uses; the DaemonSet passes NODE_NAME from the
- * downward API and points CALLOUT at an executable file the image contains.
+ * downward API, points CALLOUT at an executable file the image contains, and
+ * splits metrics (loopback) from health (every interface, probed).
  */
 import { accessSync, constants, existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { posix } from 'node:path';
 import t from 'tap';
 import { parseAllDocuments } from 'yaml';
 import { convertObjects } from '../src/convert/kubernetes.js';
+import { parseHostPort } from '../src/options.js';
 import { stateText } from '../src/state.js';
 
 const root = new URL('../', import.meta.url);
@@ -116,6 +118,40 @@ t.test('the DaemonSet: host network, capabilities, NODE_NAME from the downward A
   t.match(dockerfile, /npm prune --omit=dev/);
   t.match(dockerfile, /ENTRYPOINT \["\/usr\/bin\/tini", "--", "kpng-callout"\]/);
   for (const p of ['bin', 'src', 'proto', 'callouts']) t.ok(imageCopies().some((cp) => cp.src === p), `copies ${p}/`);
+});
+
+t.test('the DaemonSet: metrics on loopback, health on every interface, the readiness probe on the health port', async (t) => {
+  const ds = find('DaemonSet').find((d) => d.metadata.name === 'kpng-callout')!;
+  const c = ds.spec.template.spec.containers[0];
+  const args = c.args as string[];
+  const arg = (flag: string): string => {
+    const i = args.indexOf(flag);
+    t.ok(i > 0 && i + 1 < args.length, `passes ${flag}`);
+    return parseHostPort(flag, args[i + 1]!, { allowPortZero: false, allowEmptyHost: true });
+  };
+  const metricsAddr = arg('--metrics-addr');
+  const healthAddr = arg('--health-addr');
+  const portOf = (addr: string): number => Number(addr.slice(addr.lastIndexOf(':') + 1));
+  // With hostNetwork, 0.0.0.0 would publish the metrics on the node's addresses.
+  t.match(metricsAddr, /^(127\.0\.0\.1|\[::1\]):\d+$/, 'metrics on loopback only');
+  // The kubelet probes the pod IP, which with hostNetwork is the node IP: loopback would not do.
+  t.match(healthAddr, /^(|0\.0\.0\.0|\[::\]):\d+$/, 'health on every interface');
+  t.not(portOf(metricsAddr), portOf(healthAddr), 'two ports');
+
+  const ports = new Map((c.ports as Array<{ name: string; containerPort: number }>).map((p) => [p.name, p.containerPort]));
+  t.equal(ports.get('metrics'), portOf(metricsAddr), 'the metrics port is declared');
+  t.equal(ports.get('health'), portOf(healthAddr), 'the health port is declared');
+
+  const probe = c.readinessProbe?.httpGet as { path: string; port: number | string; host?: string } | undefined;
+  t.ok(probe, 'a readinessProbe');
+  t.equal(probe?.path, '/readyz');
+  t.equal(typeof probe?.port === 'string' ? ports.get(probe.port) : probe?.port, portOf(healthAddr), 'probes the health port');
+  t.notOk(probe?.host, 'at the pod (node) IP, no host override');
+  // No probe of any kind points at the loopback-only metrics port.
+  for (const kind of ['livenessProbe', 'readinessProbe', 'startupProbe']) {
+    const p = c[kind]?.httpGet as { port: number | string } | undefined;
+    if (p) t.not(typeof p.port === 'string' ? ports.get(p.port) : p.port, portOf(metricsAddr), `${kind} not on the metrics port`);
+  }
 });
 
 t.test('the example Service: documentation-range addresses, handed to the DaemonSet proxy name', async (t) => {

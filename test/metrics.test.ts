@@ -2,7 +2,10 @@
  * Metrics fed with runner events and source status by hand (a manual clock),
  * and the HTTP server on loopback.
  */
-import t from 'tap';
+import { createServer, type AddressInfo } from 'node:net';
+import t, { type Test } from 'tap';
+import { CalloutError } from '../src/errors.js';
+import { createLogger } from '../src/log.js';
 import { Metrics, serveMetrics } from '../src/metrics.js';
 import type { RunnerEvent } from '../src/runner.js';
 import { stateFromItems } from '../src/state.js';
@@ -125,7 +128,7 @@ t.test('kpng-json: source metrics only; ready once a state was printed', async (
   t.match(text, /kpng_callout_states_total 1/);
 });
 
-t.test('the HTTP server: /metrics, /healthz, /readyz, 404, 405, listen errors', async (t) => {
+t.test('the HTTP server: /metrics, /healthz, /readyz, 404, 405', async (t) => {
   const m = new Metrics({ runner: true });
   const srv = await serveMetrics(m, '127.0.0.1:0');
   t.teardown(() => srv.close());
@@ -150,14 +153,84 @@ t.test('the HTTP server: /metrics, /healthz, /readyz, 404, 405, listen errors', 
   await health2.text();
   t.equal((await fetch(`${base}/nope`)).status, 404);
   t.equal((await fetch(`${base}/metrics`, { method: 'POST' })).status, 405);
-  await t.rejects(serveMetrics(m, srv.address), { code: 'usage', message: new RegExp(`--metrics-addr ${srv.address}: cannot listen \\(EADDRINUSE\\)`) });
 });
 
-t.test('option errors: --metrics-addr, --retry-min, --retry-max', async (t) => {
+/** A port held by a plain TCP server of this process, as another program would hold it. */
+async function heldPort(t: Test, host = '127.0.0.1'): Promise<number> {
+  const holder = createServer();
+  await new Promise<void>((resolve) => holder.listen(0, host, resolve));
+  t.teardown(() => new Promise<void>((resolve) => holder.close(() => resolve())));
+  return (holder.address() as AddressInfo).port;
+}
+
+t.test('a port in use is an io error (exit 1, no usage hint) naming the flag, the address and the errno', async (t) => {
+  const m = new Metrics({ runner: true, processMetrics: false });
+  const port = await heldPort(t);
+  const err = await serveMetrics(m, `127.0.0.1:${port}`).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  t.type(err, CalloutError);
+  t.equal((err as CalloutError).code, 'io');
+  t.match((err as Error).message, new RegExp(`^--metrics-addr 127\\.0\\.0\\.1:${port}: cannot listen: address already in use \\(EADDRINUSE\\); `));
+  await t.rejects(serveMetrics(m, `127.0.0.1:${port}`, undefined, { endpoints: 'health' }), {
+    code: 'io',
+    message: new RegExp(`^--health-addr 127\\.0\\.0\\.1:${port}: cannot listen: address already in use \\(EADDRINUSE\\)`),
+  });
+  await t.rejects(serveMetrics(m, `127.0.0.1:${port}`, undefined, { flag: '--other' }), { code: 'io', message: /^--other 127\.0\.0\.1:\d+: cannot listen/ });
+  // :PORT (every interface) also collides with a port held on one address.
+  await t.rejects(serveMetrics(m, `:${port}`), { code: 'io', message: new RegExp(`^--metrics-addr :${port}: cannot listen: address already in use`) });
+});
+
+t.test(':PORT listens on every interface, IPv4 and IPv6 alike', async (t) => {
+  const m = new Metrics({ runner: true, processMetrics: false });
+  const lines: string[] = [];
+  const log = createLogger({ write: (l) => lines.push(l.replace(/\n$/, '')) });
+  const srv = await serveMetrics(m, ':0', log);
+  t.teardown(() => srv.close());
+  t.match(srv.address, /^(\[::\]|0\.0\.0\.0):\d+$/);
+  const port = Number(/:(\d+)$/.exec(srv.address)![1]);
+  t.match(lines, [/^kpng-callout info: serving \/metrics, \/healthz and \/readyz on http:\/\/(\[::\]|0\.0\.0\.0):\d+ \(every interface\)$/]);
+  const v4 = await fetch(`http://127.0.0.1:${port}/metrics`);
+  t.equal(v4.status, 200, 'over IPv4 loopback');
+  await v4.text();
+  if (srv.address.startsWith('[::]')) {
+    const v6 = await fetch(`http://[::1]:${port}/readyz`);
+    t.equal(v6.status, 503, 'over IPv6 loopback');
+    await v6.text();
+  } else {
+    t.comment('no IPv6 here: listening on 0.0.0.0');
+  }
+});
+
+t.test("endpoints: 'health' serves /healthz and /readyz only", async (t) => {
+  const m = new Metrics({ runner: false, processMetrics: false });
+  const lines: string[] = [];
+  const log = createLogger({ write: (l) => lines.push(l.replace(/\n$/, '')) });
+  const srv = await serveMetrics(m, '127.0.0.1:0', log, { endpoints: 'health' });
+  t.teardown(() => srv.close());
+  t.match(lines, [/^kpng-callout info: serving \/healthz and \/readyz on http:\/\/127\.0\.0\.1:\d+$/]);
+  const base = `http://${srv.address}`;
+  const get = async (path: string): Promise<[number, string]> => {
+    const res = await fetch(base + path);
+    return [res.status, await res.text()];
+  };
+  t.same(await get('/healthz'), [503, 'source not synced: no complete state yet\n']);
+  t.same(await get('/readyz'), [503, 'not ready: no complete state yet\n']);
+  t.same(await get('/metrics'), [404, 'not found: try /healthz or /readyz (this is the health address; /metrics is on --metrics-addr)\n']);
+  m.onSourceStatus({ connected: true, synced: true, reconnects: 0 });
+  m.onState(state);
+  t.same(await get('/healthz'), [200, 'source synced\n']);
+  t.same(await get('/readyz'), [200, 'ready: a complete state was printed\n']);
+  t.equal((await fetch(`${base}/healthz`, { method: 'HEAD' })).status, 200);
+});
+
+t.test('option errors: --metrics-addr, --health-addr, --retry-min, --retry-max', async (t) => {
   const { runBin } = await import('./helpers/bin-process.js');
   const cases: Array<[string, string[], string]> = [
-    ['kpng-callout', ['--metrics-addr', 'localhost'], 'kpng-callout: --metrics-addr "localhost": expected HOST:PORT, such as 127.0.0.1:12090 or [::1]:12090'],
+    ['kpng-callout', ['--metrics-addr', 'localhost'], 'kpng-callout: --metrics-addr "localhost": expected HOST:PORT, such as 127.0.0.1:9100, [::1]:9100 or :9100 (every interface)'],
     ['kpng-json', ['--metrics-addr', '127.0.0.1:70000'], 'kpng-json: --metrics-addr 127.0.0.1:70000: port out of range 0-65535'],
+    ['kpng-json', ['--health-addr', ':'], 'kpng-json: --health-addr ":": expected HOST:PORT, such as 127.0.0.1:9100, [::1]:9100 or :9100 (every interface)'],
     ['kpng-callout', ['--retry-min', '0'], 'kpng-callout: --retry-min 0: expected a duration above 0'],
     ['kpng-callout', ['--retry-min', '2s', '--retry-max', '1s'], 'kpng-callout: --retry-max 1s: expected at least --retry-min (2s)'],
   ];
@@ -166,4 +239,29 @@ t.test('option errors: --metrics-addr, --retry-min, --retry-max', async (t) => {
     t.equal(await p.done, 2, `${args.join(' ')}: exit 2`);
     t.equal(p.stderr[0], message);
   }
+});
+
+t.test('bins: a port in use exits 1 without a usage hint; :PORT and --health-addr serve', async (t) => {
+  const { runBin } = await import('./helpers/bin-process.js');
+  const port = await heldPort(t);
+  for (const flag of ['--metrics-addr', '--health-addr']) {
+    const p = runBin(t, 'kpng-json', ['replay', flag, `127.0.0.1:${port}`, 'fixtures/kpng-example.jsonl']);
+    t.equal(await p.done, 1, `${flag}: exit 1`);
+    const errors = p.stderr.filter((l) => !/^kpng-json info:/.test(l));
+    t.match(errors, [new RegExp(`^kpng-json: ${flag} 127\\.0\\.0\\.1:${port}: cannot listen: address already in use \\(EADDRINUSE\\)`)], flag);
+    t.notOk(p.stderr.some((l) => /--help/.test(l)), 'no usage hint');
+    t.same(p.stdout, [], 'nothing printed');
+  }
+  // --metrics-addr on loopback and --health-addr on every interface, as the DaemonSet runs.
+  const p = runBin(t, 'kpng-json', ['replay', '--watch', '--metrics-addr', '127.0.0.1:0', '--health-addr', ':0', 'fixtures/kpng-example.jsonl']);
+  const healthLine = await p.line('stderr', /serving \/healthz and \/readyz on http:\/\/\S+:\d+ \(every interface\)/);
+  const metricsLine = await p.line('stderr', /serving \/metrics, \/healthz and \/readyz on http:\/\/127\.0\.0\.1:\d+$/);
+  const healthPort = /:(\d+) \(every interface\)/.exec(healthLine)![1];
+  const metricsPort = /:(\d+)$/.exec(metricsLine)![1];
+  await p.line('stdout', /"Name"/, 'the state printed');
+  const ready = await fetch(`http://127.0.0.1:${healthPort}/readyz`);
+  t.equal(ready.status, 200);
+  t.equal(await ready.text(), 'ready: a complete state was printed\n');
+  t.equal((await fetch(`http://127.0.0.1:${healthPort}/metrics`)).status, 404, 'no metrics on the health address');
+  t.equal((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).status, 200);
 });

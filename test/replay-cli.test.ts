@@ -3,7 +3,8 @@
  * processes on real fixture files and real callout scripts. Waits on output
  * lines (markers), never on fixed sleeps.
  */
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -20,9 +21,12 @@ const item = (name: string) => `{"Service":{"Namespace":"default","Name":"${name
 type Child = BinProcess;
 const run = runBin;
 
+/** The startup line (version, source, node, callout): its own tests check it. */
+const startupLine = /^\S+ info: \S+ \S+ starting /;
+
 async function finished(c: Child): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const code = await within(c.done, 'waiting for exit');
-  return { code, stdout: c.stdout.map((l) => l + '\n').join(''), stderr: c.stderr.join('\n') };
+  return { code, stdout: c.stdout.map((l) => l + '\n').join(''), stderr: c.stderr.filter((l) => !startupLine.test(l)).join('\n') };
 }
 
 function tmp(t: Test): string {
@@ -86,11 +90,11 @@ t.test('bad input: file:line:col: reason, no stack trace, exit 1, nothing run', 
   const r = await finished(run(t, 'kpng-callout', ['replay', 'good.jsonl', 'bad.yaml'], { cwd: dir }));
   t.equal(r.code, 1);
   t.equal(r.stdout, '', 'nothing ran');
-  t.equal(r.stderr, 'kpng-callout error: bad.yaml:7:11: spec.ports[0].port: expected an integer, got "eighty"');
+  t.equal(r.stderr, 'kpng-callout: bad.yaml:7:11: spec.ports[0].port: expected an integer, got "eighty"');
   const u = await finished(run(t, 'kpng-json', ['replay', '--watch', '-']));
   t.same([u.code, u.stderr], [2, 'kpng-json: --watch cannot watch - (stdin)\n(run kpng-json --help for usage)']);
   const m = await finished(run(t, 'kpng-json', ['replay', 'missing.yaml'], { cwd: dir }));
-  t.same([m.code, m.stderr], [1, 'kpng-json error: missing.yaml: no such file or directory']);
+  t.same([m.code, m.stderr], [1, 'kpng-json: missing.yaml: no such file or directory']);
 });
 
 t.test('--watch: re-runs on a fixture edit and on a callout edit; a broken fixture keeps the last good state', async (t) => {
@@ -124,4 +128,47 @@ t.test('--watch: re-runs on a fixture edit and on a callout edit; a broken fixtu
   t.same(w.stderr.filter((l) => / error: /.test(l)), [err], 'one error line');
   w.proc.kill('SIGTERM');
   t.equal(await within(w.exit, 'exit on SIGTERM'), 0);
+});
+
+t.test("--watch on one file: issue 9's recipe, sed -i edits milliseconds apart, then later edits, are all picked up", async (t) => {
+  const dir = tmp(t);
+  const fx = join(dir, 's.jsonl');
+  copyFileSync(join(root, 'fixtures', 'kpng-example.jsonl'), fx);
+  const callout = script(join(dir, 'cb'), 'sed -n \'s/^{"Service":{"Namespace":"\\([^"]*\\)".*/NS \\1/p\'');
+  const c = run(t, 'kpng-callout', ['replay', '--watch', '--callout', callout, fx]);
+  await c.line('stdout', /^NS default$/);
+  await c.line('stderr', /watching .* for changes/);
+  // sed -i writes a temporary file beside s.jsonl and renames it over s.jsonl.
+  const sedNamespace = (ns: string) => execFileSync('sed', ['-i', `s/"Namespace":"[^"]*"/"Namespace":"${ns}"/`, fx]);
+  for (let i = 1; i <= 8; i++) {
+    sedNamespace(`r${i}a`);
+    sedNamespace(`r${i}b`);
+    await c.line('stdout', new RegExp(`^NS r${i}b$`), `round ${i}: the run of the second edit`, 10_000);
+  }
+  sedNamespace('later');
+  await c.line('stdout', /^NS later$/, 'the run of a later edit');
+  c.proc.kill('SIGTERM');
+  t.equal(await within(c.exit, 'exit on SIGTERM'), 0);
+});
+
+t.test('a fixture with no Services runs the empty state with a warning naming it; a binary file is not a text file', async (t) => {
+  const dir = tmp(t);
+  writeFileSync(join(dir, 'empty.jsonl'), '');
+  writeFileSync(join(dir, 'other.json'), '{"a":1}\n');
+  const callout = script(join(dir, 'count'), 'echo "services: $(wc -l)"');
+  for (const [args, name, stdin] of [
+    [['empty.jsonl'], 'empty.jsonl', undefined],
+    [['-'], '<stdin>', ''],
+    [['other.json'], 'other.json', undefined],
+  ] as const) {
+    const r = await finished(run(t, 'kpng-callout', ['replay', '--callout', callout, ...args], { cwd: dir, ...(stdin !== undefined ? { stdin } : {}) }));
+    t.equal(r.code, 0, `${name}: an empty state is legitimate`);
+    t.equal(r.stdout, 'services: 0\n', `${name}: the callout ran with it`);
+    t.match(r.stderr, `warn: ${name}: no Services in this fixture: the state is empty (a data-plane callout given it deletes every rule it made)`);
+  }
+  writeFileSync(join(dir, 'dump.json'), Buffer.from([0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00]));
+  const b = await finished(run(t, 'kpng-callout', ['replay', '--callout', callout, 'dump.json'], { cwd: dir }));
+  t.equal(b.code, 1);
+  t.equal(b.stdout, '', 'nothing ran');
+  t.match(b.stderr, /^kpng-callout: dump\.json: not a text file \(not UTF-8 at line 1, column 2; fixtures are UTF-8 text\)$/m);
 });

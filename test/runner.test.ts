@@ -5,6 +5,7 @@
  * fixed sleeps.
  */
 import t from 'tap';
+import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +13,8 @@ import { Writable } from 'node:stream';
 import type { LogFields, Logger } from '../src/log.js';
 import { Runner, type RunnerEvent, type RunnerOptions, type RunnerTimers, type RunResult } from '../src/runner.js';
 import type { State } from '../src/state.js';
+import { procStat } from './helpers/procs.js';
+import { captureLog as realLog } from './helpers/sink.js';
 
 // --- helpers -----------------------------------------------------------------
 
@@ -371,7 +374,7 @@ t.test('timeout kills the whole process group, grandchild included', async (t) =
   });
 });
 
-t.test('a background grandchild holding stdout does not hold a normal run', async (t) => {
+t.test('a background grandchild holding stdout does not hold a normal run (and is killed with it)', async (t) => {
   const s = script(`sleep 1000 &
 echo $! > "$DIR/gpid"
 echo done`);
@@ -381,7 +384,7 @@ echo done`);
   t.equal(res.result, 'ok');
   t.ok(res.durationMs < 3000, `finished in ${res.durationMs}ms`);
   t.equal(out.text(), 'done\n');
-  process.kill(gpid, 'SIGKILL');
+  t.ok(gone(gpid), 'the grandchild did not outlive the run');
 });
 
 t.test('retry with capped exponential backoff until success', async (t) => {
@@ -449,7 +452,7 @@ t.test('spawn errors: ENOENT and EACCES', async (t) => {
     const res = await r.runNow(st('x'));
     t.equal(res.result, 'spawn-error');
     t.equal(res.errorCode, 'ENOENT');
-    t.equal(res.message, `callout ${join(dir, 'nope')} not found (ENOENT): set --callout or $CALLOUT to an executable`);
+    t.equal(res.message, `callout ${join(dir, 'nope')}: not found (ENOENT); set --callout or $CALLOUT to an executable file`);
     t.ok(log.some((l) => l.level === 'error' && l.msg === res.message));
   });
   t.test('ENOENT by name in $PATH', async (t) => {
@@ -465,7 +468,7 @@ t.test('spawn errors: ENOENT and EACCES', async (t) => {
     const res = await r.runNow(st('x'));
     t.equal(res.result, 'spawn-error');
     t.equal(res.errorCode, 'EACCES');
-    t.match(res.message, /is not executable \(EACCES\)/);
+    t.equal(res.message, `callout ${f}: is not executable (EACCES); make it executable: chmod +x ${f}`);
   });
   t.test('the daemon path retries a spawn error', async (t) => {
     const { r, ev } = makeRunner({ file: join(dir, 'nope'), retryMinMs: 60_000 });
@@ -613,6 +616,260 @@ t.test('stop()', async (t) => {
     t.equal(res.result, 'signal');
     t.equal(res.signal, 'SIGKILL');
     t.ok(gone(pid) && gone(gpid), 'no process left');
+  });
+});
+
+t.test('logs: a success does not repeat stderr; failures do; the state origin is named', async (t) => {
+  const s = script(`cat >/dev/null; echo "note from run $KPNG_CALLOUT_RUN" >&2; [ "$KPNG_CALLOUT_RUN" = 1 ]`);
+  const log = realLog();
+  const { r } = makeRunner({ file: s.file, logger: log.logger });
+  const ok = await r.runNow({ ...st('x'), origin: 'fixtures/a.jsonl' });
+  t.equal(ok.result, 'ok');
+  t.equal(ok.stderrTail, 'note from run 1', 'the result keeps the tail');
+  t.match(log.matching(/callout run started/), [/ run=1 .*input=fixtures\/a\.jsonl/]);
+  const fin = log.matching(/callout run finished/);
+  t.match(fin, [/ run=1 status=ok .*input=fixtures\/a\.jsonl/]);
+  t.notMatch(fin[0], /stderr=|note from run/, 'no stderr tail on success');
+  const failed = await r.runNow({ ...st('y'), origin: 'fixtures/b.jsonl' });
+  t.equal(failed.result, 'failed');
+  t.match(log.matching(/callout run 2 failed/), [/input=fixtures\/b\.jsonl.* stderr="note from run 2"/]);
+  const none = await r.runNow(st('z'));
+  t.equal(none.result, 'failed');
+  t.notMatch(log.matching(/callout run 3 failed/)[0], /input=/, 'no origin, no field');
+  await r.stop();
+});
+
+t.test('the origin is named on a spawn error too', async (t) => {
+  const log = realLog();
+  const { r } = makeRunner({ file: join(dir, 'nope'), logger: log.logger });
+  await r.runNow({ ...st('x'), origin: 'in.jsonl' });
+  t.match(log.matching(/error: callout .*nope: not found/), [/input=in\.jsonl/]);
+});
+
+t.test("stderrFormat json: every line of the callout's stderr becomes one JSON object", async (t) => {
+  const long = 'a' + 'ü'.repeat(10_000); // 20001 bytes: the 16 KiB cut falls inside a character
+  const s = script(`cat
+printf 'plain line\\n' >&2
+printf 'quotes " and \\\\ backslash\\tand tab\\001\\n' >&2
+printf 'bad \\377\\376 bytes\\n' >&2
+printf 'crlf line\\r\\n' >&2
+printf '%s\\n' '${long}' >&2
+printf 'no newline at the end' >&2`);
+  const clock = { t: Date.parse('2024-05-06T07:08:09.010Z') };
+  const { r, out, err } = makeRunner({ file: s.file, stderrFormat: 'json', now: () => clock.t });
+  const state = st('{"Service":{"Name":"ü"}}', 'second');
+  const res = await r.runNow(state);
+  t.equal(res.result, 'ok');
+  t.ok(out.buffer().equals(Buffer.concat(state.lines as Buffer[])), 'stdout unchanged, byte for byte');
+  const lines = err.text().split('\n');
+  t.equal(lines.pop(), '', 'ends with a newline');
+  const recs = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+  for (const rec of recs) {
+    t.same(Object.keys(rec), ['time', 'level', 'run', 'stream', 'msg']);
+    t.match(rec, { time: '2024-05-06T07:08:09.010Z', level: 'info', run: 1, stream: 'stderr' });
+  }
+  const msgs = recs.map((x) => x.msg as string);
+  t.equal(msgs[0], 'plain line');
+  t.equal(msgs[1], 'quotes " and \\ backslash\tand tab\u0001');
+  t.equal(msgs[2], 'bad \ufffd\ufffd bytes', 'invalid UTF-8 is replaced, the JSON stays valid');
+  t.equal(msgs[3], 'crlf line');
+  t.equal(msgs.length, 7, 'the long line is cut once');
+  t.ok(msgs[4]!.length > 8000 && !msgs[4]!.includes('\ufffd') && !msgs[5]!.includes('\ufffd'), 'cut between characters');
+  t.equal(msgs[4]! + msgs[5]!, long);
+  t.equal(msgs[6], 'no newline at the end');
+});
+
+t.test('stderr text format: a long line is cut between characters, the output stays UTF-8', async (t) => {
+  const long = 'a' + 'ü'.repeat(10_000);
+  const s = script(`printf '%s\\n' '${long}' >&2`);
+  const { r, err } = makeRunner({ file: s.file });
+  await r.runNow(st('x'));
+  t.equal(Buffer.from(err.text(), 'utf8').compare(err.buffer()), 0, 'valid UTF-8');
+  const lines = err.text().split('\n');
+  t.equal(lines.length, 3);
+  t.equal(lines[0]!.slice('[run 1] '.length) + lines[1]!.slice('[run 1] '.length), long);
+});
+
+/** A destination that fails like a pipe whose reader went away, after `limit` bytes. */
+class BrokenPipe extends Writable {
+  got = 0;
+  constructor(private readonly limit: number) {
+    super({ highWaterMark: 1024 });
+  }
+  override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
+    this.got += chunk.length;
+    if (this.got > this.limit) cb(Object.assign(new Error('write EPIPE'), { code: 'EPIPE', errno: -32, syscall: 'write' }));
+    else setImmediate(cb); // slow enough to exert backpressure
+  }
+}
+
+t.test('our stdout or stderr breaking (EPIPE): no crash, no hang, kill() ends the run at once', async (t) => {
+  const big = st(...Array.from({ length: 4000 }, (_, i) => `line ${i} ${'x'.repeat(500)}`));
+  t.test('stdout breaks under cat: the run finishes, the rest is dropped', async (t) => {
+    const stdout = new BrokenPipe(64 * 1024);
+    const { r, log } = makeRunner({ file: '/bin/cat', stdout });
+    const res = await r.runNow(big);
+    t.equal(res.result, 'ok');
+    t.ok(stdout.destroyed, 'the destination failed');
+    t.ok(log.some((l) => l.level === 'debug' && /our stdout is closed \(EPIPE\)/.test(l.msg)));
+    const again = await r.runNow(big);
+    t.equal(again.result, 'ok', 'a later run does not wait on the broken stream either');
+  });
+  t.test('stderr breaks: the run finishes', async (t) => {
+    const s = script(`i=0; while [ $i -lt 3000 ]; do echo "err line $i with some padding to fill the pipe quickly" >&2; i=$((i+1)); done`);
+    const stderr = new BrokenPipe(8 * 1024);
+    const { r } = makeRunner({ file: s.file, stderr });
+    const res = await r.runNow(st('x'));
+    t.equal(res.result, 'ok');
+    t.ok(stderr.destroyed);
+  });
+  t.test('a destination already destroyed before the run', async (t) => {
+    const stdout = new Sink();
+    stdout.destroy();
+    const { r } = makeRunner({ file: '/bin/cat', stdout });
+    t.equal((await r.runNow(big)).result, 'ok');
+  });
+  t.test('a callout writing forever to a broken stdout: kill() ends the run promptly', async (t) => {
+    const s = script(`echo $$ > "$DIR/pid"; exec yes`);
+    const stdout = new BrokenPipe(32 * 1024);
+    const closed = new Promise((resolve) => stdout.once('close', resolve));
+    const { r } = makeRunner({ file: s.file, stdout, killGraceMs: 60_000 });
+    const p = r.runNow(st('x'));
+    await closed;
+    const pid = readPid(join(s.dir, 'pid'));
+    const t0 = Date.now();
+    r.kill();
+    const res = await p;
+    t.ok(Date.now() - t0 < 3000, `ended in ${Date.now() - t0}ms`);
+    t.equal(res.signal, 'SIGKILL');
+    t.ok(gone(pid), 'callout gone');
+  });
+});
+
+t.test('background processes left by a finished run are killed, with a warning naming them', async (t) => {
+  t.test('holding stdout and stderr', async (t) => {
+    const s = script(`sleep 1000 &
+echo $! > "$DIR/gpid"
+echo done`);
+    const { r, out, log } = makeRunner({ file: s.file, pipeDrainMs: 50 });
+    const res = await r.runNow(st('x'));
+    const gpid = readPid(join(s.dir, 'gpid'));
+    t.equal(res.result, 'ok', 'the run keeps its own status');
+    t.equal(res.exitCode, 0);
+    t.same(res.leftoverPids, [gpid]);
+    t.ok(gone(gpid), `pid ${gpid} gone when the run finishes`);
+    t.equal(out.text(), 'done\n');
+    const warn = log.filter((l) => l.level === 'warn');
+    t.equal(warn.length, 1);
+    t.match(warn[0]!.msg, new RegExp(`callout run 1 exited but left processes running \\(pids ${gpid}\\)`));
+    t.equal(warn[0]!.fields?.pids, String(gpid));
+  });
+  t.test('with its fds redirected: found at once, no pipe wait', async (t) => {
+    const s = script(`sleep 1000 </dev/null >/dev/null 2>&1 &
+echo $! > "$DIR/gpid"`);
+    const { r, log } = makeRunner({ file: s.file, pipeDrainMs: 60_000 });
+    const res = await r.runNow(st('x'));
+    const gpid = readPid(join(s.dir, 'gpid'));
+    t.equal(res.result, 'ok');
+    t.ok(res.durationMs < 10_000, `did not wait for pipeDrainMs (${res.durationMs}ms)`);
+    t.ok(gone(gpid));
+    t.ok(log.some((l) => l.level === 'warn' && l.msg.includes(`pids ${gpid}`)));
+  });
+  t.test('a failed run: its status stays, the leftovers go too', async (t) => {
+    const s = script(`sleep 1000 >/dev/null 2>&1 &
+echo $! > "$DIR/gpid"; exit 4`);
+    const { r } = makeRunner({ file: s.file });
+    const res = await r.runNow(st('x'));
+    t.equal(res.result, 'failed');
+    t.equal(res.exitCode, 4);
+    t.ok(gone(readPid(join(s.dir, 'gpid'))));
+  });
+  t.test('one that ignores SIGTERM: SIGKILLed after the grace', async (t) => {
+    const s = script(`(trap '' TERM; touch "$DIR/trapped"; exec sleep 1000) >/dev/null 2>&1 &
+echo $! > "$DIR/gpid"
+while [ ! -e "$DIR/trapped" ]; do sleep 0.01; done`);
+    const { r } = makeRunner({ file: s.file, killGraceMs: 300 });
+    const res = await r.runNow(st('x'));
+    const gpid = readPid(join(s.dir, 'gpid'));
+    t.equal(res.result, 'ok');
+    t.ok(res.durationMs >= 250, `waited for the grace (${res.durationMs}ms)`);
+    t.ok(gone(gpid));
+  });
+  t.test('one that moved to a process group of its own (job control)', { skip: existsSync('/bin/bash') ? false : 'no bash' }, async (t) => {
+    const s = script(`exec bash -c 'set -m; sleep 1000 >/dev/null 2>&1 & echo $! > "$0/gpid"; read -r _ _ _ _ pg _ < /proc/$!/stat; echo "$$ $pg" > "$0/groups"' "$DIR"`);
+    const { r } = makeRunner({ file: s.file });
+    const res = await r.runNow(st('x'));
+    const gpid = readPid(join(s.dir, 'gpid'));
+    const [leader, pgrp] = readFileSync(join(s.dir, 'groups'), 'utf8').trim().split(' ').map(Number);
+    t.not(pgrp, leader, "the background process was not in the callout's group");
+    t.equal(res.result, 'ok');
+    t.same(res.leftoverPids, [gpid]);
+    t.ok(gone(gpid));
+  });
+  t.test('one that keeps writing to the pipes: reading stops, it is killed', async (t) => {
+    const s = script(`(while :; do echo bg; echo bg >&2; sleep 0.02; done) &
+echo $! > "$DIR/gpid"`);
+    const { r } = makeRunner({ file: s.file, pipeDrainMs: 50 });
+    const res = await r.runNow(st('x'));
+    const gpid = readPid(join(s.dir, 'gpid'));
+    t.equal(res.result, 'ok');
+    t.ok(gone(gpid));
+  });
+  t.test('the next run starts only once the leftovers are gone', async (t) => {
+    const s = script(`cat >/dev/null; sleep 1000 >/dev/null 2>&1 &
+echo $! > "$DIR/gpid.$KPNG_CALLOUT_RUN"`);
+    const { r, ev } = makeRunner({ file: s.file, killGraceMs: 200 });
+    let leftAlive: boolean | undefined;
+    ev.until('run-started', (e) => e.run === 2).then(() => (leftAlive = !gone(readPid(join(s.dir, 'gpid.1')))));
+    r.submit(st('a'));
+    await ev.until('run-finished', (e) => e.run === 1);
+    r.submit(st('b'));
+    await ev.until('run-finished', (e) => e.run === 2);
+    t.equal(leftAlive, false, "run 1's background process was gone when run 2 started");
+    await r.stop();
+  });
+});
+
+t.test('stop() and the exit hook: nothing of a run survives us', async (t) => {
+  t.test('stop() during a run whose grandchild left its process group', { skip: existsSync('/bin/bash') ? false : 'no bash' }, async (t) => {
+    const s = script(`exec bash -c 'set -m; sleep 1000 >/dev/null 2>&1 & echo $! > "$0/gpid"; echo $$ > "$0/pid"; echo ready; sleep 1000' "$DIR"`);
+    const { r, out } = makeRunner({ file: s.file });
+    r.submit(st('x'));
+    await out.waitFor('ready');
+    const pid = readPid(join(s.dir, 'pid'));
+    const gpid = readPid(join(s.dir, 'gpid'));
+    t.not(procStat(gpid)?.pgrp, pid, 'the grandchild has a group of its own');
+    await r.stop(0);
+    t.ok(gone(pid), 'callout gone');
+    t.ok(gone(gpid), 'grandchild gone');
+  });
+  t.test("the process 'exit' hook kills the in-flight run, background processes included", { skip: existsSync('/bin/bash') ? false : 'no bash' }, async (t) => {
+    const runnerUrl = new URL('../src/runner.ts', import.meta.url).href;
+    const s = script(`exec bash -c 'set -m; sleep 1000 >/dev/null 2>&1 & echo "pids $$ $!"; sleep 1000' "$DIR"`);
+    const code = `const { Runner } = await import(${JSON.stringify(runnerUrl)});
+const r = new Runner({ file: ${JSON.stringify(s.file)}, debounceMs: 0, maxWaitMs: 0, timeoutMs: 0, nodeName: 'n' });
+void r.runNow({ lines: [], services: 0, endpoints: 0, bytes: 0 });
+process.stdin.once('data', () => process.exit(3));`;
+    const loader = process.execArgv.filter((a) => a.includes('@tapjs/typescript'));
+    const child = spawn(process.execPath, [...loader, '--input-type=module', '-e', code], { stdio: ['pipe', 'pipe', 'inherit'] });
+    t.teardown(() => void child.kill('SIGKILL'));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
+    let text = '';
+    const m = await new Promise<RegExpExecArray>((resolve, reject) => {
+      child.stdout.on('data', (b: Buffer) => {
+        text += b.toString();
+        const hit = /pids (\d+) (\d+)/.exec(text);
+        if (hit) resolve(hit);
+      });
+      void exited.then(() => reject(new Error(`child exited early: ${text}`)));
+    });
+    const [pid, gpid] = [Number(m[1]), Number(m[2])];
+    spawnedPids.add(pid).add(gpid);
+    t.ok(!gone(pid) && !gone(gpid), 'both running');
+    child.stdin.write('exit\n');
+    t.equal(await exited, 3);
+    t.ok(gone(pid), 'callout gone at our exit');
+    t.ok(gone(gpid), 'its background process gone at our exit');
   });
 });
 

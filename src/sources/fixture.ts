@@ -15,6 +15,7 @@
  * live sources'. Every error names the file, line and column:
  * `fixtures/bad.yaml:3:5: reason` (a CalloutError with code `input`).
  */
+import { isUtf8 } from 'node:buffer';
 import { LineCounter, parseAllDocuments, type Document } from 'yaml';
 import { ConversionError, convertObjects, formatPath, type ConvertOptions, type FieldPath } from '../convert/kubernetes.js';
 import { CalloutError } from '../errors.js';
@@ -46,6 +47,53 @@ interface Entry {
 
 function inputError(file: string, pos: { line: number; col: number }, reason: string): CalloutError {
   return new CalloutError('input', `${file}:${pos.line}:${pos.col}: ${reason}`);
+}
+
+// ---------------------------------------------------------------- bytes -> text
+
+/** Offset of the first byte that does not start a well-formed UTF-8 sequence (RFC 3629), or -1. */
+function firstInvalidUtf8(b: Buffer): number {
+  for (let i = 0; i < b.length; ) {
+    const c = b[i]!;
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    const n = c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : 0;
+    if (n === 0 || i + n >= b.length) return i;
+    // The second byte's range excludes overlong forms, surrogates and code points past U+10FFFF.
+    const lo = c === 0xe0 ? 0xa0 : c === 0xf0 ? 0x90 : 0x80;
+    const hi = c === 0xed ? 0x9f : c === 0xf4 ? 0x8f : 0xbf;
+    if (b[i + 1]! < lo || b[i + 1]! > hi) return i;
+    for (let k = 2; k <= n; k++) if (b[i + k]! < 0x80 || b[i + k]! > 0xbf) return i;
+    i += n + 1;
+  }
+  return -1;
+}
+
+/**
+ * A fixture's bytes as text. Throws CalloutError('input')
+ * `file: not a text file (…)` for a NUL byte or bytes that are not UTF-8
+ * (decoding would silently replace them): a binary file, a gzipped dump, a
+ * UTF-16 export.
+ */
+export function fixtureText(data: Buffer, file: string): string {
+  const notText = (why: string): CalloutError => new CalloutError('input', `${file}: not a text file (${why}; fixtures are UTF-8 text)`);
+  // UTF-16 with a byte order mark: what PowerShell's `>` writes.
+  if (data.length >= 2 && ((data[0] === 0xff && data[1] === 0xfe) || (data[0] === 0xfe && data[1] === 0xff))) {
+    throw notText('UTF-16; convert it with iconv -f UTF-16 -t UTF-8');
+  }
+  const nul = data.indexOf(0);
+  const bad = isUtf8(data) ? -1 : firstInvalidUtf8(data);
+  if (nul < 0 && bad < 0) return data.toString('utf8');
+  const at = nul < 0 ? bad : bad < 0 ? nul : Math.min(nul, bad);
+  // (A negative offset would search from the end.)
+  const lineStart = at === 0 ? 0 : data.lastIndexOf(0x0a, at - 1) + 1;
+  let line = 1;
+  for (let i = data.indexOf(0x0a); i >= 0 && i < at; i = data.indexOf(0x0a, i + 1)) line++;
+  // Everything before `at` is valid UTF-8: columns count characters, as in the other messages.
+  const col = data.subarray(lineStart, at).toString('utf8').length + 1;
+  throw notText(`${at === nul ? 'a NUL byte' : 'not UTF-8'} at line ${line}, column ${col}`);
 }
 
 // ---------------------------------------------------------------- readers

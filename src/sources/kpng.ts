@@ -10,13 +10,16 @@
  *   stream; after a failure the source waits `errorDelayMs`, reconnects with
  *   an empty store and pushes again only at the new stream's first `Sync`;
  * - a value that does not decode is logged and skipped, keeping the value held
- *   before (as the reference client does).
+ *   before (as the reference client does);
+ * - a stream failure is warned about when it first happens or changes, the
+ *   same failure again at most once a minute (debug in between; see
+ *   createRepeatFilter).
  */
 import { X509Certificate } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { unmarshalService, marshalWatchReq, type OpItem, type Ref } from '../codec.js';
 import { CalloutError } from '../errors.js';
-import { silentLogger, type Logger } from '../log.js';
+import { createRepeatFilter, silentLogger, type Logger } from '../log.js';
 import { EndpointsSet, ServicesSet } from '../model.js';
 import type { Source, SourceStatus, StateSink } from '../source.js';
 import { Store } from '../state.js';
@@ -54,6 +57,8 @@ export interface KpngSourceOptions {
   logger?: Logger;
   /** Waits `ms` or until `signal` aborts, whichever first (tests may inject). */
   sleep?: (ms: number, signal: AbortSignal) => Promise<void>;
+  /** Millisecond clock of the once-a-minute rule for repeated failures (tests). Default Date.now. */
+  now?: () => number;
 }
 
 const DEFAULT_API = '127.0.0.1:12090';
@@ -190,7 +195,9 @@ export function createKpngSource(options: KpngSourceOptions): Source {
     async run(sink: StateSink, signal: AbortSignal): Promise<void> {
       const creds = credentials();
       let reconnects = 0;
-      let lastReason: string | undefined;
+      // A server down for an hour must not leave 3600 identical warnings:
+      // the same failure is warned about at most once a minute.
+      const repeats = createRepeatFilter(options.now ? { now: options.now } : {});
 
       const status = (s: SourceStatus): void => {
         try {
@@ -247,7 +254,8 @@ export function createKpngSource(options: KpngSourceOptions): Source {
             const state = store.snapshot();
             if (!synced) {
               synced = true;
-              lastReason = undefined;
+              // Synced again: the next failure is news.
+              repeats.clear();
               log.info(`synced with ${api}: ${state.services} services, ${state.endpoints} endpoints`);
               status({ connected: true, synced: true, reconnects });
             } else {
@@ -283,12 +291,7 @@ export function createKpngSource(options: KpngSourceOptions): Source {
         if (outcome.kind === 'done') return;
         if (outcome.kind === 'fatal') throw outcome.error;
         if (signal.aborted) return;
-        // One warning per distinct failure; a server that stays down for an
-        // hour should not leave 3600 identical lines.
-        const line = `stream to ${api} failed: ${outcome.reason}; reconnecting in ${formatDelay(errorDelayMs)}`;
-        if (outcome.reason !== lastReason || outcome.synced) log.warn(line);
-        else log.debug(line);
-        lastReason = outcome.reason;
+        repeats.log(log, 'warn', `stream to ${api} failed: ${outcome.reason}; reconnecting in ${formatDelay(errorDelayMs)}`, undefined, outcome.reason);
         status({ connected: false, synced: false, reconnects, error: outcome.reason });
         await sleep(errorDelayMs, signal);
         if (signal.aborted) return;

@@ -16,10 +16,13 @@
  *   tick, and the state is rebuilt a tick later (setImmediate), so it is never
  *   seen half-applied;
  * - a state is pushed only when it differs from the last one pushed (kpng's
- *   server sent a Sync only for a non-empty diff).
+ *   server sent a Sync only for a non-empty diff);
+ * - informers that fail together (the API server is down) give one log line
+ *   per attempt and are restarted together; the same failure is logged at
+ *   most once a minute (createRepeatFilter), at debug level in between.
  */
 export { parseServiceProxyName } from '../options.js';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { isIPv6 } from 'node:net';
@@ -48,7 +51,7 @@ import {
 } from '../convert/kubernetes.js';
 import type { GlobFilter } from '../convert/glob.js';
 import { CalloutError } from '../errors.js';
-import { silentLogger, type Logger } from '../log.js';
+import { createRepeatFilter, silentLogger, type Logger } from '../log.js';
 import type { Endpoint } from '../model.js';
 import type { Source, SourceStatus, StateSink } from '../source.js';
 import { sameState, Store, type State } from '../state.js';
@@ -82,36 +85,87 @@ export interface KubeConfigLookup {
   serviceAccountDir?: string;
 }
 
-function loadFile(kc: KubeConfig, file: string, what: string): void {
+const COMPLETE_KUBECONFIG =
+  'pass a complete kubeconfig: a cluster (server), a user, and a context naming both, selected by current-context (`kubectl config view --minify --flatten` prints one)';
+
+/**
+ * Loads one kubeconfig file into `kc`. Returns false for an empty file (no
+ * bytes, or only blank lines, comments and `---`), which kubectl reads as an
+ * empty configuration; `kc` is then left alone.
+ */
+function loadFile(kc: KubeConfig, file: string, what: string): boolean {
+  let text: string;
   try {
-    kc.loadFromFile(file);
+    text = readFileSync(file, 'utf8');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    const why = code ? `cannot read file (${code})` : `not a valid kubeconfig (${(err as Error).message.split('\n')[0]})`;
-    throw new CalloutError('usage', `${what} ${file}: ${why}`, { cause: err });
+    throw new CalloutError('usage', `${what} ${file}: cannot read file (${code ?? (err as Error).message})`, { cause: err });
   }
+  if (text.split('\n').every((line) => /^(\s*|---\s*|\.\.\.\s*)(#.*)?$/.test(line))) return false;
+  try {
+    // loadFromFile, not loadFromString: it resolves relative certificate paths against the file's directory.
+    kc.loadFromFile(file);
+  } catch (err) {
+    // The library reads `.clusters` of whatever the YAML is: a null document (`---`, `~`) gives a TypeError.
+    const why = err instanceof TypeError ? 'the YAML document is empty or null, not a mapping' : (err as Error).message.split('\n')[0];
+    throw new CalloutError('input', `${what} ${file}: not a valid kubeconfig (${why}); ${COMPLETE_KUBECONFIG}`, { cause: err });
+  }
+  return true;
+}
+
+const nameList = (items: Array<{ name: string }>): string => items.map((i) => JSON.stringify(i.name)).join(', ');
+
+/**
+ * What keeps `kc` from naming a server, for people: no current context, a
+ * current context that is not defined, a context whose cluster is not defined;
+ * undefined when it is usable.
+ */
+function missingInKubeConfig(kc: KubeConfig, files: string): string | undefined {
+  const current = kc.getCurrentContext();
+  const contexts = kc.getContexts();
+  const clusters = kc.getClusters();
+  if (!current) {
+    if (contexts.length === 0 && clusters.length === 0) return `no current context and no clusters; ${COMPLETE_KUBECONFIG}`;
+    if (contexts.length === 0) return `no current context and no contexts (clusters: ${nameList(clusters)}); add a context naming a cluster and a user, and set current-context`;
+    const use = `kubectl --kubeconfig ${files} config use-context ${contexts[0]!.name}`;
+    return `no current context (contexts: ${nameList(contexts)}); set current-context, e.g. \`${use}\``;
+  }
+  const ctx = kc.getContextObject(current);
+  if (!ctx) return `current context ${JSON.stringify(current)} is not defined (contexts: ${nameList(contexts) || 'none'}); set current-context to a defined context, or ${COMPLETE_KUBECONFIG}`;
+  if (!kc.getCluster(ctx.cluster)) {
+    return `context ${JSON.stringify(current)} names cluster ${JSON.stringify(ctx.cluster)}, which is not defined (clusters: ${nameList(clusters) || 'none'}); ${COMPLETE_KUBECONFIG}`;
+  }
+  return undefined;
 }
 
 /**
  * Loads the API configuration: `--kubeconfig`, else `$KUBECONFIG` (a list
- * like kubectl's; missing files are skipped), else the in-cluster service
- * account when KUBERNETES_SERVICE_HOST is set, else ~/.kube/config.
- * Throws a CalloutError naming what was tried when none applies.
+ * like kubectl's; missing and empty files are skipped), else the in-cluster
+ * service account when KUBERNETES_SERVICE_HOST is set, else ~/.kube/config.
+ * Throws a CalloutError naming what was tried when none applies, and the file
+ * and what is missing when the configuration names no server (code `input`,
+ * as for a file that does not parse; `usage` for a file that cannot be read).
  */
 export function loadKubeConfig(lookup: KubeConfigLookup): KubeConfigChoice {
   const { env } = lookup;
   const kc = new KubeConfig();
   let from: string;
+  /** The files read, for messages (`kubectl --kubeconfig FILES ...`). */
+  let files = '';
+  /** Every file read was empty. */
+  let empty = false;
   if (lookup.kubeconfig !== undefined) {
-    loadFile(kc, lookup.kubeconfig, '--kubeconfig');
+    empty = !loadFile(kc, lookup.kubeconfig, '--kubeconfig');
     from = `--kubeconfig ${lookup.kubeconfig}`;
+    files = lookup.kubeconfig;
   } else if (env.KUBECONFIG) {
-    const files = env.KUBECONFIG.split(delimiter).filter((f) => f !== '' && existsSync(f));
-    if (files.length === 0) throw new CalloutError('usage', `$KUBECONFIG ${env.KUBECONFIG}: no such file`);
-    loadFile(kc, files[0]!, '$KUBECONFIG');
-    for (const f of files.slice(1)) {
+    const list = env.KUBECONFIG.split(delimiter).filter((f) => f !== '' && existsSync(f));
+    if (list.length === 0) throw new CalloutError('usage', `$KUBECONFIG ${env.KUBECONFIG}: no such file`);
+    empty = true;
+    for (const f of list) {
       const more = new KubeConfig();
-      loadFile(more, f, '$KUBECONFIG');
+      if (!loadFile(more, f, '$KUBECONFIG')) continue;
+      empty = false;
       // As kubectl: the first file that names a cluster, user or context wins
       // (the library's mergeConfig throws on a duplicate name instead).
       for (const c of more.getClusters()) if (!kc.getCluster(c.name)) kc.addCluster(c);
@@ -119,7 +173,8 @@ export function loadKubeConfig(lookup: KubeConfigLookup): KubeConfigChoice {
       for (const c of more.getContexts()) if (!kc.getContextObject(c.name)) kc.addContext(c);
       if (!kc.getCurrentContext()) kc.setCurrentContext(more.getCurrentContext());
     }
-    from = `$KUBECONFIG ${files.join(delimiter)}`;
+    files = list.join(delimiter);
+    from = `$KUBECONFIG ${files}`;
   } else if (env.KUBERNETES_SERVICE_HOST) {
     const dir = lookup.serviceAccountDir ?? SA_DIR;
     const tokenFile = join(dir, 'token');
@@ -142,10 +197,12 @@ export function loadKubeConfig(lookup: KubeConfigLookup): KubeConfigChoice {
         `no Kubernetes API configuration: no --kubeconfig, $KUBECONFIG unset, not in a cluster (KUBERNETES_SERVICE_HOST unset) and no ${file}`,
       );
     }
-    loadFile(kc, file, 'kubeconfig');
+    empty = !loadFile(kc, file, 'kubeconfig');
     from = file;
+    files = file;
   }
-  if (!kc.getCurrentCluster()) throw new CalloutError('usage', `${from}: no current context with a cluster (set current-context)`);
+  const missing = missingInKubeConfig(kc, files);
+  if (missing !== undefined) throw new CalloutError('input', `${from}: ${empty ? `empty file${files.includes(delimiter) ? 's' : ''}: ` : ''}${missing}`);
   return { kubeConfig: kc, from };
 }
 
@@ -175,7 +232,14 @@ export interface KubeSourceOptions {
    * Default: random in 5..10 min, as client-go does.
    */
   watchTimeoutSeconds?: number;
+  /** Millisecond clock of the once-a-minute rule for repeated failures (tests). Default Date.now. */
+  now?: () => number;
 }
+
+/** How long a failure out of the blue waits for companions before its line (ms). */
+const GATHER_MS = 100;
+/** Longest wait for the outcome of every informer restarted together (ms). */
+const ATTEMPT_MAX_MS = 2000;
 
 /** One watched resource: its informer and its health. */
 interface Watched {
@@ -190,7 +254,6 @@ interface Watched {
   healthy: boolean;
   /** Consecutive failures, for the backoff. */
   failures: number;
-  restartTimer?: NodeJS.Timeout;
   idleTimer?: NodeJS.Timeout;
   /** Set when we abort a silent watch ourselves, to log why. */
   stalled: boolean;
@@ -213,13 +276,30 @@ const NETWORK_CODES: Record<string, string> = {
 };
 
 /**
- * One clear line for a failed list or watch: unreachable server, 401, 403
- * (naming the verb and resource RBAC must grant), or what the server said.
+ * One failed list or watch, described so that the failures of one attempt
+ * share a line: "cannot reach the API server S: connection refused
+ * (ECONNREFUSED; list services, list nodes)" rather than one line each.
  */
-function describeKubeError(err: unknown, verb: 'list' | 'watch', w: { resource: string; group: string }, server: string): string {
+interface Failure {
+  /** `list services`, `watch endpointslices.discovery.k8s.io`. */
+  op: string;
+  /** What went wrong, without the operation. */
+  reason: string;
+  /** The errno of an unreachable server (the line then starts "cannot reach the Kubernetes API server"). */
+  unreachable?: string;
+  /** A watch cut or gone silent (API server restarts, load balancers): a warning, not an error. */
+  routine: boolean;
+}
+
+/**
+ * What went wrong with a list or watch: unreachable server, 401, 403 (naming
+ * the verb and resource RBAC must grant), or what the server said.
+ */
+function describeKubeError(err: unknown, verb: 'list' | 'watch', w: { resource: string; group: string }, server: string): Failure {
   const e = err as { code?: unknown; statusCode?: unknown; body?: unknown; message?: string; cause?: { code?: unknown } } | undefined;
   const status = typeof e?.code === 'number' ? e.code : typeof e?.statusCode === 'number' ? e.statusCode : undefined;
   const res = qualified(w);
+  const op = `${verb} ${res}`;
   if (status !== undefined) {
     let serverSays = '';
     if (typeof e?.body === 'string') {
@@ -231,20 +311,39 @@ function describeKubeError(err: unknown, verb: 'list' | 'watch', w: { resource: 
       }
     }
     if (status === 401) {
-      return `${verb} ${res}: 401 Unauthorized: the API server ${server} rejected the credentials (check the kubeconfig user, or the service account token)${serverSays}`;
+      return { op, routine: false, reason: `401 Unauthorized: the API server ${server} rejected the credentials (check the kubeconfig user, or the service account token)${serverSays}` };
     }
     if (status === 403) {
-      return (
-        `${verb} ${res}: 403 Forbidden: RBAC does not allow verb "${verb}" on resource "${w.resource}" in API group "${w.group}"` +
-        ` (the ClusterRole needs get, list and watch on ${res}; see manifests/rbac.yaml)${serverSays}`
-      );
+      return {
+        op,
+        routine: false,
+        reason:
+          `403 Forbidden: RBAC does not allow verb "${verb}" on resource "${w.resource}" in API group "${w.group}"` +
+          ` (the ClusterRole needs get, list and watch on ${res}; see manifests/rbac.yaml)${serverSays}`,
+      };
     }
-    return `${verb} ${res}: HTTP ${status}${serverSays || (e?.message && !e.message.startsWith('HTTP-Code') ? ` (${e.message})` : '')}`;
+    return { op, routine: false, reason: `HTTP ${status}${serverSays || (e?.message && !e.message.startsWith('HTTP-Code') ? ` (${e.message})` : '')}` };
   }
   const code = typeof e?.code === 'string' ? e.code : typeof e?.cause?.code === 'string' ? e.cause.code : undefined;
-  if (code && NETWORK_CODES[code]) return `cannot reach the Kubernetes API server ${server}: ${NETWORK_CODES[code]} (${code}; ${verb} ${res})`;
-  if (code === 'ERR_STREAM_PREMATURE_CLOSE') return `${verb} ${res}: connection to ${server} lost`;
-  return `${verb} ${res}: ${e?.message?.split('\n')[0] ?? String(err)}`;
+  if (code && NETWORK_CODES[code]) return { op, routine: false, reason: NETWORK_CODES[code], unreachable: code };
+  if (code === 'ERR_STREAM_PREMATURE_CLOSE') return { op, routine: true, reason: `connection to ${server} lost` };
+  return { op, routine: false, reason: e?.message?.split('\n')[0] ?? String(err) };
+}
+
+/** One line for the failures of one attempt, those with the same reason together (in `fs` order). */
+function failureLine(fs: Failure[], server: string): string {
+  const groups = new Map<string, { f: Failure; ops: string[] }>();
+  for (const f of fs) {
+    const key = `${f.unreachable ?? ''}\n${f.reason}`;
+    const g = groups.get(key);
+    if (g) g.ops.push(f.op);
+    else groups.set(key, { f, ops: [f.op] });
+  }
+  return [...groups.values()]
+    .map(({ f, ops }) =>
+      f.unreachable !== undefined ? `cannot reach the Kubernetes API server ${server}: ${f.reason} (${f.unreachable}; ${ops.join(', ')})` : `${ops.join(', ')}: ${f.reason}`,
+    )
+    .join('; ');
 }
 
 /** Marks errors of the list call, to name the verb in messages. */
@@ -346,6 +445,8 @@ function runKube(options: KubeSourceOptions, sink: StateSink, signal: AbortSigna
   let reconnects = 0;
   let lastError: string | undefined;
   let lastStatus = '';
+  // The same failure at most once a minute at its level (debug in between).
+  const repeats = createRepeatFilter(options.now ? { now: options.now } : {});
   let announcedSync = false;
 
   return new Promise<void>((resolve) => {
@@ -367,8 +468,9 @@ function runKube(options: KubeSourceOptions, sink: StateSink, signal: AbortSigna
       if (stopped) return;
       stopped = true;
       signal.removeEventListener('abort', stop);
+      clearTimeout(restartTimer);
+      clearTimeout(gatherTimer);
       for (const w of watched) {
-        clearTimeout(w.restartTimer);
         clearTimeout(w.idleTimer);
         void w.informer.stop();
       }
@@ -499,40 +601,128 @@ function runKube(options: KubeSourceOptions, sink: StateSink, signal: AbortSigna
 
     const restartDelay = (w: Watched): number => Math.min(backoff.maxMs, backoff.minMs * 2 ** Math.max(0, w.failures - 1));
 
-    const onFailure = (w: Watched, err: unknown): void => {
+    // When the API server is down every informer fails, each on its own. One
+    // attempt must give one log line naming what failed (and the same line
+    // each time, for the once-a-minute rule), so failures are gathered into
+    // attempts: the informers restarted together are awaited until each has
+    // succeeded or failed (at most ATTEMPT_MAX_MS, a hung request must not
+    // hold the others back), a failure out of the blue (a cut watch) waits
+    // GATHER_MS for companions (the API server restarted: every watch is cut);
+    // then one line, and one restart of all of them after the backoff.
+    const inflight = new Set<Watched>();
+    const failed = new Map<Watched, Failure>();
+    const scheduled = new Set<Watched>();
+    const recovered = new Set<Watched>();
+    let recoveredAfter = 0;
+    let restartTimer: NodeJS.Timeout | undefined;
+    let restartAt = 0;
+    let gatherTimer: NodeJS.Timeout | undefined;
+    let gatherStart = 0;
+    let gatherMin = 0;
+
+    const restartScheduled = (): void => {
+      restartTimer = undefined;
       if (stopped) return;
-      clearTimeout(w.idleTimer);
-      const verb = err instanceof ListError ? 'list' : 'watch';
-      const inner = err instanceof ListError ? err.inner : err;
-      const msg = w.stalled ? `watch ${qualified(w)}: no event for longer than the watch timeout` : describeKubeError(inner, verb, w, server);
-      // A watch cut or gone silent is routine (API server restarts, load balancers): a warning.
-      const routine = w.stalled || / lost$/.test(msg);
-      w.stalled = false;
-      w.failures++;
-      w.healthy = false;
-      lastError = msg;
-      if (w.restartTimer) return;
-      const delay = restartDelay(w);
-      (routine ? log.warn : log.error)(`${msg}; retrying in ${delay}ms`, w.synced ? undefined : { waiting: 'initial list' });
-      w.restartTimer = setTimeout(() => {
-        w.restartTimer = undefined;
-        reconnects++;
-        start(w);
-      }, delay);
+      reconnects++;
+      const members = [...scheduled];
+      scheduled.clear();
+      for (const w of members) start(w);
+    };
+
+    const scheduleRestart = (delay: number): void => {
+      const at = Date.now() + delay;
+      // A failure during the backoff of another joins its restart, or moves it earlier.
+      if (restartTimer !== undefined && restartAt <= at) return;
+      clearTimeout(restartTimer);
+      restartAt = at;
+      restartTimer = setTimeout(restartScheduled, delay);
+    };
+
+    const logRecovered = (): void => {
+      if (recovered.size === 0) return;
+      const names = watched.filter((w) => recovered.has(w)).map(qualified);
+      log.info(`${names.join(', ')}: connected again after ${recoveredAfter} failed attempt(s)`);
+      recovered.clear();
+      recoveredAfter = 0;
+    };
+
+    /** Reports the failures gathered (one line) and schedules their restart. */
+    const concludeAttempt = (): void => {
+      clearTimeout(gatherTimer);
+      gatherTimer = undefined;
+      logRecovered();
+      if (stopped || failed.size === 0) return;
+      const members = watched.filter((w) => failed.has(w)); // a stable order: the same failure, the same line
+      const line = failureLine(members.map((w) => failed.get(w)!), server);
+      const routine = members.every((w) => failed.get(w)!.routine);
+      failed.clear();
+      const delay = Math.min(...members.map(restartDelay));
+      lastError = line;
+      repeats.log(log, routine ? 'warn' : 'error', `${line}; retrying in ${delay}ms`, members.some((w) => !w.synced) ? { waiting: 'initial list' } : undefined, line);
+      for (const w of members) scheduled.add(w);
+      scheduleRestart(delay);
       report();
     };
 
+    /** After each outcome: concludes the attempt once nothing it waits for is in flight. */
+    const settle = (): void => {
+      if (inflight.size > 0) return;
+      logRecovered();
+      if (gatherTimer !== undefined && Date.now() - gatherStart >= gatherMin) concludeAttempt();
+    };
+
+    const onGatherTimer = (): void => {
+      const waited = Date.now() - gatherStart;
+      if (inflight.size === 0 || waited >= ATTEMPT_MAX_MS) return concludeAttempt();
+      gatherTimer = setTimeout(onGatherTimer, ATTEMPT_MAX_MS - waited);
+    };
+
+    const onFailure = (w: Watched, err: unknown): void => {
+      if (stopped) return;
+      clearTimeout(w.idleTimer);
+      // Already failed, its restart pending: one failure, one restart.
+      if (failed.has(w) || scheduled.has(w)) return;
+      const verb = err instanceof ListError ? 'list' : 'watch';
+      const inner = err instanceof ListError ? err.inner : err;
+      const f: Failure = w.stalled
+        ? { op: `watch ${qualified(w)}`, reason: 'no event for longer than the watch timeout', routine: true }
+        : describeKubeError(inner, verb, w, server);
+      w.stalled = false;
+      w.failures++;
+      w.healthy = false;
+      const wasInflight = inflight.delete(w);
+      failed.set(w, f);
+      if (gatherTimer === undefined) {
+        gatherStart = Date.now();
+        // Part of an attempt in flight: its outcome comes with the others'.
+        gatherMin = wasInflight || inflight.size > 0 ? 0 : GATHER_MS;
+        gatherTimer = setTimeout(onGatherTimer, gatherMin || ATTEMPT_MAX_MS);
+      }
+      // For the status at once; the attempt's whole line replaces it when concluded.
+      lastError = failureLine([f], server);
+      report();
+      settle();
+    };
+
     const onHealthy = (w: Watched): void => {
-      if (w.failures > 0) log.info(`${qualified(w)}: connected again after ${w.failures} failure(s)`);
+      const wasInflight = inflight.delete(w);
+      if (w.failures > 0) {
+        recovered.add(w);
+        recoveredAfter = Math.max(recoveredAfter, w.failures);
+      }
       w.failures = 0;
       if (!w.healthy) {
         w.healthy = true;
+        // All well again: the next failure is news.
+        if (watched.every((x) => x.healthy)) repeats.clear();
         report();
       }
+      if (wasInflight) settle();
     };
 
     const start = (w: Watched): void => {
       if (stopped) return;
+      inflight.add(w);
       w.informer.start().catch((err: unknown) => onFailure(w, err));
     };
 

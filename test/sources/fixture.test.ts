@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import t from 'tap';
 import { CalloutError } from '../../src/errors.js';
-import { parseFixture, type FixtureOptions } from '../../src/sources/fixture.js';
+import { fixtureText, parseFixture, type FixtureOptions } from '../../src/sources/fixture.js';
 import { stateText } from '../../src/state.js';
 import { captureLog } from '../helpers/sink.js';
 
@@ -139,4 +139,49 @@ t.test('bad input: file, line, column and reason', async (t) => {
   t.equal(errorOf('nope', 'word.json'), "word.json:1:1: unexpected 'n', expected a value");
   t.equal(errorOf(`${lines[0]}\n- {kind: Service}\n`, 'mixed.json'), "mixed.json:2:1: unexpected '-', expected a value");
   t.equal(errorOf(`${two}{"apiVersion":"v1","kind":"Service","metadata":{"name":"x"}}\n`, 'mix.jsonl'), 'mix.jsonl:1:1: a kpng-json item ({"Service":…}) among Kubernetes objects: a fixture is either kpng-json output or manifests');
+});
+
+t.test('fixtureText: UTF-8 text passes; a NUL byte, bytes that are not UTF-8 or UTF-16 are not a text file', async (t) => {
+  const textOf = (bytes: Buffer | string) => {
+    try {
+      return fixtureText(Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes, 'latin1'), 'f.yaml');
+    } catch (err) {
+      if (err instanceof CalloutError && err.code === 'input') return `error: ${err.message}`;
+      throw err;
+    }
+  };
+  const text = 'metadata:\n  annotations: {note: "é ✓ 𝄞 €"}\n';
+  t.equal(textOf(Buffer.from(text)), text, 'every UTF-8 length');
+  t.equal(textOf(Buffer.from('\ufeff' + text)), '\ufeff' + text, 'a byte order mark is left to parseFixture');
+  t.equal(textOf(Buffer.alloc(0)), '');
+  const not = (why: string) => `error: f.yaml: not a text file (${why}; fixtures are UTF-8 text)`;
+  t.equal(textOf(Buffer.from([0x1f, 0x8b, 0x08, 0x00])), not('not UTF-8 at line 1, column 2'), 'gzip');
+  t.equal(textOf(Buffer.concat([Buffer.from('a: 1\nb: "é'), Buffer.from([0x00]), Buffer.from('"\n')])), not('a NUL byte at line 2, column 6'), 'columns count characters');
+  t.equal(textOf('a: 1\nname: caf\xe9\n'), not('not UTF-8 at line 2, column 10'), 'Latin-1');
+  t.equal(textOf(Buffer.from([0x00, 0x61])), not('a NUL byte at line 1, column 1'));
+  t.equal(textOf(Buffer.from('\ufeffa: 1\n', 'utf16le')), not('UTF-16; convert it with iconv -f UTF-16 -t UTF-8'), "PowerShell's >");
+  t.equal(textOf(Buffer.from([0xfe, 0xff, 0x00, 0x61])), not('UTF-16; convert it with iconv -f UTF-16 -t UTF-8'), 'UTF-16BE');
+  // What a decoder must reject (RFC 3629): overlong forms, surrogates, past U+10FFFF, a cut sequence.
+  for (const [bytes, what] of [
+    [[0x61, 0xc0, 0xaf], 'overlong /'],
+    [[0x61, 0xe0, 0x80, 0xaf], 'overlong 3-byte'],
+    [[0x61, 0xed, 0xa0, 0x80], 'a surrogate'],
+    [[0x61, 0xf4, 0x90, 0x80, 0x80], 'past U+10FFFF'],
+    [[0x61, 0xe2, 0x82], 'cut at the end'],
+    [[0x61, 0xe2, 0x28, 0xa1], 'a bad continuation byte'],
+    [[0x61, 0x80], 'a lone continuation byte'],
+  ] as const) {
+    t.equal(textOf(Buffer.from(bytes)), not('not UTF-8 at line 1, column 2'), what);
+  }
+});
+
+t.test('a JSON document that is not a state gives the empty state (replay warns about it), as an empty file does', async (t) => {
+  const log = captureLog();
+  for (const [text, file] of [['', 'e.jsonl'], ['{}', 'o.json'], ['{"a":1}', 'a.json'], ['[]', 'l.json'], ['# nothing\n', 'c.yaml']]) {
+    t.equal(parse(text!, file!, { logger: log.logger }), '', `${file}: empty`);
+  }
+  t.same(log.matching(/ignoring/), [
+    'kpng-callout info: o.json:1:1: ignoring (no kind) (no name): not a v1 Service, discovery.k8s.io/v1 EndpointSlice or v1 Node',
+    'kpng-callout info: a.json:1:1: ignoring (no kind) (no name): not a v1 Service, discovery.k8s.io/v1 EndpointSlice or v1 Node',
+  ]);
 });

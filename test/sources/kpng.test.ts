@@ -127,6 +127,39 @@ t.test('reconnects after a server restart with an empty store and no partial sta
   t.equal(h.log.matching(/^kpng-callout warn: stream to .* ECONNREFUSED/).length <= 1, true, 'repeated identical failures are not warned again');
 });
 
+t.test('a server that stays down: warned once, again a minute later with the count, debug in between', async (t) => {
+  let clock = 0;
+  const a = svc('default', 'a');
+  const srv = await new KpngTestServer({ revisions: [[setSvc(a)]] }).start();
+  await srv.kill();
+  const h = await start(t, [], { now: () => clock }, srv);
+  const failures = (): string[] => h.log.matching(/stream to 127\.0\.0\.1:\d+ failed: UNAVAILABLE: .*; reconnecting in 10ms/);
+  // Polls the captured log (a guard against hangs, not a timing assertion).
+  const until = async (pred: () => boolean, what: string): Promise<void> => {
+    const deadline = Date.now() + 8000;
+    while (!pred()) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}; log: ${h.log.lines.slice(-5).join(' | ')}`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  };
+  await until(() => failures().length >= 3, 'three failed attempts');
+  t.match(failures().slice(0, 3), [/^kpng-callout warn: /, /^kpng-callout debug: /, /^kpng-callout debug: /]);
+  clock += 60_000;
+  const again = await within(h.log.waitFor(/warn: stream .* repeated=\d+$/), 'the repeat a minute later');
+  const quiet = h.log.lines.slice(0, h.log.lines.indexOf(again)).filter((l) => /^kpng-callout debug: stream .* failed/.test(l)).length;
+  t.ok(quiet >= 2);
+  t.match(again, new RegExp(`; reconnecting in 10ms repeated=${quiet}$`));
+});
+
+t.test('after a sync the same failure is warned about again at once', async (t) => {
+  const a = svc('default', 'a');
+  const boom: ServerOp = { op: 'fail', code: grpc.status.INTERNAL, details: 'boom' };
+  // Each stream syncs, then fails the same way; the clock stands still.
+  const h = await start(t, [[setSvc(a)], [boom], [setSvc(a)], [boom], [setSvc(a)]], { now: () => 0 });
+  await h.sink.waitForStates(3);
+  t.equal(h.log.matching(/^kpng-callout warn: stream to .* failed: INTERNAL: boom; reconnecting in 10ms$/).length, 2);
+});
+
 t.test('a stream failing mid-diff pushes nothing and starts over', async (t) => {
   const a = svc('default', 'a');
   const b = svc('default', 'b');

@@ -70,6 +70,7 @@ async function setup(
     backoff: { minMs: 20, maxMs: 200 },
     ...(o.watchTimeoutSeconds !== undefined ? { watchTimeoutSeconds: o.watchTimeoutSeconds } : {}),
     ...(o.once !== undefined ? { once: o.once } : {}),
+    ...(o.now !== undefined ? { now: o.now } : {}),
   });
   const done = source.run(sink, ac.signal);
   t.teardown(async () => {
@@ -232,7 +233,8 @@ t.test('a dropped watch resumes from its resourceVersion; the state never emptie
   const lists = srv.requests.filter((r) => !r.watch).length;
   const rewatch = srv.waitForRequest((r) => r.watch && r.path.endsWith('/endpointslices'));
   srv.dropWatches();
-  await within(log.waitFor(/warn: watch endpointslices\.discovery\.k8s\.io: connection to .* lost; retrying/), 'drop logged');
+  // Watches cut together share a line: "watch services, watch endpointslices...: connection ... lost".
+  await within(log.waitFor(/warn: (watch [^:,]+, )*watch endpointslices\.discovery\.k8s\.io(, watch [^:,]+)*: connection to .* lost; retrying/), 'drop logged');
   await within(sink.waitForStatus((s) => !s.connected && s.synced && s.reconnects === 0 && /lost/.test(s.error ?? '')), 'disconnected status');
   const r = await within(rewatch, 're-watch');
   t.equal(r.query.resourceVersion, '102', 'resumes from the last resourceVersion');
@@ -284,7 +286,7 @@ t.test('410 Gone re-lists; a re-list is never seen half-applied', async (t) => {
   t.same(eps(await until(sink, (s) => eps(s, 'web').length === 1), 'web'), ['10.5.0.3:I:E']);
 });
 
-t.test('API down at start: retries, pushes nothing before every list completed', async (t) => {
+t.test('API down at start: one line per attempt, repeats once a minute; nothing pushed before every list completed', async (t) => {
   const srv = new KubeApiServer();
   await srv.listen();
   const port = srv.port;
@@ -292,10 +294,27 @@ t.test('API down at start: retries, pushes nothing before every list completed',
   await srv.close();
   srv.add('services', service('web'));
   srv.add('endpointslices', slice('web-a', 'web', [{ ip: '10.6.0.1' }]));
-  const { sink, log } = await setup(t, { srv, listen: false, kubeconfig });
-  await within(log.waitFor(/cannot reach the Kubernetes API server http:\/\/127\.0\.0\.1:\d+: connection refused/), 'unreachable logged');
+  let clock = 1_000_000;
+  const { sink, log } = await setup(t, { srv, listen: false, kubeconfig, now: () => clock });
   // Retried with backoff (20, 40, 80 ms...) until the server is back.
-  await within(log.waitFor(/\(ECONNREFUSED; list services\); retrying in 80ms/), 'third attempt');
+  await within(log.waitFor(/; retrying in 80ms/), 'third attempt');
+  // One line per attempt naming the three lists (not one per resource): the
+  // first an error, the same failure again at debug level.
+  const unreachable = 'cannot reach the Kubernetes API server http://127.0.0.1:PORT: connection refused (ECONNREFUSED; list services, list endpointslices.discovery.k8s.io, list nodes)';
+  const attempts = (): string[] => log.matching(/cannot reach/).map((l) => l.replace(/127\.0\.0\.1:\d+/, '127.0.0.1:PORT'));
+  t.same(attempts().slice(0, 3), [
+    `kpng-callout error: ${unreachable}; retrying in 20ms waiting="initial list"`,
+    `kpng-callout debug: ${unreachable}; retrying in 40ms waiting="initial list"`,
+    `kpng-callout debug: ${unreachable}; retrying in 80ms waiting="initial list"`,
+  ]);
+  // A minute later the same failure is an error again, with how often it repeated meanwhile.
+  clock += 60_000;
+  const again = await within(log.waitFor(/error: cannot reach .* repeated=\d+$/), 'the repeat a minute later');
+  const before = log.lines.slice(0, log.lines.indexOf(again));
+  const quiet = before.filter((l) => /^kpng-callout debug: cannot reach/.test(l)).length;
+  t.ok(quiet >= 2);
+  t.match(again, new RegExp(`; retrying in \\d+ms waiting="initial list" repeated=${quiet}$`), 'counts the attempts logged at debug level');
+  t.equal(attempts().filter((l) => l.startsWith('kpng-callout error:')).length, 2, 'two errors in all');
   t.equal(sink.states.length, 0, 'nothing before the lists');
   t.ok(sink.statuses.every((s) => !s.synced));
   // Only services can be listed: still nothing (no partial first state).
@@ -362,7 +381,8 @@ t.test('a silent watch past its timeout is restarted', async (t) => {
   srv.ignoreWatchTimeout = true;
   const { sink, log } = await setup(t, { srv, objects: [['services', service('web')]], watchTimeoutSeconds: 1 });
   await within(sink.waitForStates(1), 'first');
-  await within(log.waitFor(/warn: watch services: no event for longer than the watch timeout; retrying in/), 'stall detected', 6000);
+  // The three watches go silent together: one line may name them all.
+  await within(log.waitFor(/warn: (watch [^:,]+, )*watch services(, watch [^:,]+)*: no event for longer than the watch timeout; retrying in/), 'stall detected', 6000);
 });
 
 t.test('1,000 Services in the initial list', async (t) => {

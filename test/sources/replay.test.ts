@@ -5,9 +5,10 @@
  * the callout file) with chokidar on a temporary directory.
  */
 import { EventEmitter, once } from 'node:events';
-import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Readable } from 'node:stream';
 import t, { type Test } from 'tap';
 import { CalloutError } from '../../src/errors.js';
@@ -32,11 +33,13 @@ function tmp(t: Test): string {
 function gatedSink(auto = false) {
   const ee = new EventEmitter();
   const texts: string[] = [];
+  const states: State[] = [];
   const gates: Array<() => void> = [];
   let inFlight = 0;
   let maxInFlight = 0;
   const sink: StateSink = {
     push(state: State) {
+      states.push(state);
       texts.push(stateText(state));
       inFlight++;
       maxInFlight = Math.max(maxInFlight, inFlight);
@@ -54,6 +57,7 @@ function gatedSink(auto = false) {
   return {
     sink,
     texts,
+    states,
     get maxInFlight() {
       return maxInFlight;
     },
@@ -64,7 +68,21 @@ function gatedSink(auto = false) {
       while (texts.length < n) await within(once(ee, 'push'), `waiting for push #${n} (have ${texts.length}: ${texts.join('|')})`);
       return texts[n - 1]!;
     },
+    /** Resolves when `pred` holds, checked after every push. */
+    async waitUntil(pred: () => boolean, what: string) {
+      while (!pred()) await within(once(ee, 'push'), `${what} (have ${texts.length}, last ${texts.at(-1) ?? 'none'})`);
+    },
   };
+}
+
+/**
+ * An editor's atomic save (sed -i, vim, VS Code): a temporary file in the same
+ * directory, renamed over `path`.
+ */
+function atomicSave(path: string, text: string): void {
+  const tmpPath = join(dirname(path), `sed${Math.random().toString(36).slice(2, 8)}`);
+  writeFileSync(tmpPath, text);
+  renameSync(tmpPath, path);
 }
 
 const opts = (paths: string[], extra: Partial<ReplayOptions> = {}): ReplayOptions => ({ paths, nodeName: 'vm-002', serviceProxyName: 'kpng-example', ...extra });
@@ -186,6 +204,227 @@ t.test('--watch: edits re-run, a broken fixture keeps the last good state, new f
   renameSync(join(dir, 'b.tmp'), join(fx, 'b.jsonl'));
   t.equal(await s.waitFor(8), item('b3'), 'replaced by rename');
   t.equal(s.texts.length, 8);
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
+
+const ROUNDS = 25;
+
+t.test('--watch on a single file survives many rounds of two atomic saves milliseconds apart', async (t) => {
+  const dir = tmp(t);
+  const fx = join(dir, 's.jsonl');
+  writeFileSync(fx, item('r0'));
+  const log = captureLog();
+  const s = gatedSink(true);
+  const ac = new AbortController();
+  const done = createReplaySource(opts([fx], { watch: true, debounceMs: 20, logger: log.logger })).run(s.sink, ac.signal);
+  t.teardown(() => ac.abort());
+  t.equal(await s.waitFor(1), item('r0'));
+  await log.waitFor(/watching .* for changes/);
+  for (let i = 1; i <= ROUNDS; i++) {
+    atomicSave(fx, item(`r${i}a`));
+    await sleep(i % 4); // 0-3 ms apart: the stimulus, not a wait for a result
+    atomicSave(fx, item(`r${i}b`));
+    // The pause before the next round is the time this run takes.
+    await s.waitUntil(() => s.texts.at(-1) === item(`r${i}b`), `round ${i}: the second save runs`);
+  }
+  t.ok(s.texts.length <= 1 + 2 * ROUNDS, 'at most one run per save');
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
+
+/** A --watch replay of one fixture with a watched callout file, after its first run. */
+async function watchWithCallout(t: Test) {
+  const dir = tmp(t);
+  const fx = join(dir, 's.jsonl');
+  writeFileSync(fx, item('x'));
+  const callout = join(dir, 'callout.sh');
+  writeFileSync(callout, '#!/bin/sh\n# 0\n');
+  const log = captureLog();
+  const s = gatedSink(true);
+  const ac = new AbortController();
+  const done = createReplaySource(opts([fx], { watch: true, watchExtra: [callout], debounceMs: 20, logger: log.logger })).run(s.sink, ac.signal);
+  t.teardown(() => ac.abort());
+  await s.waitFor(1);
+  await log.waitFor(/watching .* for changes/);
+  return { fx, callout, log, s, ac, done };
+}
+
+t.test('--watch on the callout file survives many rounds of two atomic saves milliseconds apart', async (t) => {
+  const { callout, s, ac, done } = await watchWithCallout(t);
+  for (let i = 1; i <= ROUNDS; i++) {
+    // The first save writes the content already in force (no run when read alone), the second a new one:
+    // exactly one run per round, and only if the second save is seen.
+    atomicSave(callout, `#!/bin/sh\n# ${i - 1}\n`);
+    await sleep(i % 4);
+    atomicSave(callout, `#!/bin/sh\n# ${i}\n`);
+    t.equal(await s.waitFor(1 + i), item('x'), `round ${i}: the last state runs again`);
+  }
+  ac.abort();
+  await within(done, 'the watcher to stop');
+  t.equal(s.texts.length, 1 + ROUNDS, 'one run per round');
+});
+
+t.test('--watch: a callout deleted and recreated is still watched', async (t) => {
+  const { fx, callout, log, s, ac, done } = await watchWithCallout(t);
+  unlinkSync(callout);
+  await log.waitFor(new RegExp(`watch: unlink ${callout}`));
+  writeFileSync(callout, '#!/bin/sh\n# 1\n');
+  await s.waitFor(2);
+  writeFileSync(callout, '#!/bin/sh\n# 2\n');
+  await s.waitFor(3);
+  atomicSave(callout, '#!/bin/sh\n# 3\n');
+  await s.waitFor(4);
+  // Deleted and recreated at once (rm; cat > callout).
+  unlinkSync(callout);
+  writeFileSync(callout, '#!/bin/sh\n# 4\n');
+  await s.waitFor(5);
+  writeFileSync(callout, '#!/bin/sh\n# 5\n');
+  await s.waitFor(6);
+  // The fixture is still watched too.
+  atomicSave(fx, item('y'));
+  t.equal(await s.waitFor(7), item('y'));
+  ac.abort();
+  await within(done, 'the watcher to stop');
+  t.equal(s.texts.length, 7);
+});
+
+t.test('--watch with polling (network file systems): edits, atomic saves, the callout', async (t) => {
+  const dir = tmp(t);
+  const fx = join(dir, 's.jsonl');
+  writeFileSync(fx, item('p0'));
+  const callout = join(dir, 'callout.sh');
+  writeFileSync(callout, '#!/bin/sh\n# 0\n');
+  const log = captureLog();
+  const s = gatedSink(true);
+  const ac = new AbortController();
+  const done = createReplaySource(opts([fx], { watch: true, watchExtra: [callout], debounceMs: 20, usePolling: true, pollIntervalMs: 50, logger: log.logger })).run(
+    s.sink,
+    ac.signal,
+  );
+  t.teardown(() => ac.abort());
+  t.equal(await s.waitFor(1), item('p0'));
+  await log.waitFor(/watching .* for changes \(polling every 50 ms\)$/);
+  writeFileSync(fx, item('p1'));
+  t.equal(await s.waitFor(2), item('p1'), 'an in-place edit');
+  for (let i = 2; i <= 6; i++) {
+    atomicSave(fx, item(`p${i}a`));
+    atomicSave(fx, item(`p${i}`));
+    await s.waitUntil(() => s.texts.at(-1) === item(`p${i}`), `polling round ${i}`);
+  }
+  const n = s.texts.length;
+  atomicSave(callout, '#!/bin/sh\n# 1\n');
+  t.equal(await s.waitFor(n + 1), item('p6'), 'a callout change');
+  unlinkSync(callout);
+  await log.waitFor(new RegExp(`watch: poll ${callout}`));
+  writeFileSync(callout, '#!/bin/sh\n# 2\n');
+  t.equal(await s.waitFor(n + 2), item('p6'), 'a callout deleted, then recreated');
+  unlinkSync(fx);
+  await log.waitFor(/s\.jsonl: gone; keeping its last good state/);
+  writeFileSync(fx, item('back'));
+  t.equal(await s.waitFor(n + 3), item('back'), 'a fixture deleted, then recreated');
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
+
+const emptyWarning = (name: string) =>
+  `kpng-callout warn: ${name}: no Services in this fixture: the state is empty (a data-plane callout given it deletes every rule it made)`;
+
+t.test('a fixture with no Services runs the empty state, with a warning naming it', async (t) => {
+  const dir = tmp(t);
+  const files = { empty: join(dir, 'empty.jsonl'), obj: join(dir, 'obj.json'), other: join(dir, 'other.json'), ok: join(dir, 'ok.jsonl') };
+  writeFileSync(files.empty, '');
+  writeFileSync(files.obj, '{}');
+  writeFileSync(files.other, '{"a":1}\n');
+  writeFileSync(files.ok, item('ok'));
+  const log = captureLog();
+  const s = gatedSink(true);
+  await createReplaySource(opts([files.empty, files.obj, files.ok, files.other], { logger: log.logger })).run(s.sink, new AbortController().signal);
+  t.same(s.texts, ['', '', item('ok'), ''], 'every state runs, the empty ones too');
+  t.same(log.matching(/ warn: /), [emptyWarning(files.empty), emptyWarning(files.obj), emptyWarning(files.other)]);
+
+  const log2 = captureLog();
+  const s2 = gatedSink(true);
+  await createReplaySource(opts(['-'], { stdin: Readable.from([]), logger: log2.logger })).run(s2.sink, new AbortController().signal);
+  t.same(s2.texts, ['']);
+  t.same(log2.matching(/ warn: /), [emptyWarning('<stdin>')], '- with empty stdin');
+
+  // --watch: emptied by an edit, it runs (a deliberate "no Services" is legitimate) and is named.
+  const log3 = captureLog();
+  const s3 = gatedSink(true);
+  const ac = new AbortController();
+  const done = createReplaySource(opts([files.ok], { watch: true, debounceMs: 20, logger: log3.logger })).run(s3.sink, ac.signal);
+  t.teardown(() => ac.abort());
+  await log3.waitFor(/watching .* for changes/);
+  writeFileSync(files.ok, '');
+  t.equal(await s3.waitFor(2), '');
+  t.same(log3.matching(/ warn: /), [emptyWarning(files.ok)]);
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
+
+t.test('a binary file is not a text file: named first, nothing runs; under --watch its last good state stays', async (t) => {
+  const dir = tmp(t);
+  const ok = join(dir, 'a.jsonl');
+  const bin = join(dir, 'b.json');
+  writeFileSync(ok, item('a'));
+  writeFileSync(bin, Buffer.from([0x1f, 0x8b, 0x08, 0x00, 0x00]));
+  const s = gatedSink(true);
+  const notText = `${bin}: not a text file (not UTF-8 at line 1, column 2; fixtures are UTF-8 text)`;
+  await t.rejects(createReplaySource(opts([ok, bin])).run(s.sink, new AbortController().signal), new CalloutError('input', notText));
+  t.same(s.texts, [], 'nothing ran');
+  await t.rejects(
+    createReplaySource(opts(['-'], { stdin: Readable.from([Buffer.from('a: 1\n\0')]) })).run(s.sink, new AbortController().signal),
+    new CalloutError('input', '<stdin>: not a text file (a NUL byte at line 2, column 1; fixtures are UTF-8 text)'),
+  );
+
+  const log = captureLog();
+  const s2 = gatedSink(true);
+  const ac = new AbortController();
+  const done = createReplaySource(opts([ok], { watch: true, debounceMs: 20, logger: log.logger })).run(s2.sink, ac.signal);
+  t.teardown(() => ac.abort());
+  await log.waitFor(/watching .* for changes/);
+  writeFileSync(ok, Buffer.from([0xff, 0xfe, 0x61, 0x00]));
+  t.equal(await log.waitFor(/ error: /), `kpng-callout error: ${ok}: not a text file (UTF-16; convert it with iconv -f UTF-16 -t UTF-8; fixtures are UTF-8 text) (keeping its last good state)`);
+  writeFileSync(ok, item('a2'));
+  t.equal(await s2.waitFor(2), item('a2'), 'fixed: runs');
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
+
+t.test("every state carries its fixture's name as origin (files, directories, stdin, --watch, a callout re-run)", async (t) => {
+  const dir = tmp(t);
+  const sub = join(dir, 'states');
+  mkdirSync(sub);
+  writeFileSync(join(sub, '1.yaml'), blogYaml);
+  writeFileSync(join(dir, 'z.jsonl'), item('z'));
+  const s = gatedSink(true);
+  await createReplaySource(opts([join(dir, 'z.jsonl'), sub])).run(s.sink, new AbortController().signal);
+  t.same(
+    s.states.map((st) => st.origin),
+    [join(dir, 'z.jsonl'), join(sub, '1.yaml')],
+  );
+  const s2 = gatedSink(true);
+  await createReplaySource(opts(['-'], { stdin: Readable.from([item('x')]) })).run(s2.sink, new AbortController().signal);
+  t.equal(s2.states[0]!.origin, '<stdin>');
+
+  const callout = join(dir, 'callout.sh');
+  writeFileSync(callout, '#!/bin/sh\n');
+  const log = captureLog();
+  const s3 = gatedSink(true);
+  const ac = new AbortController();
+  const done = createReplaySource(opts([sub, join(dir, 'z.jsonl')], { watch: true, watchExtra: [callout], debounceMs: 20, logger: log.logger })).run(s3.sink, ac.signal);
+  t.teardown(() => ac.abort());
+  await s3.waitFor(2);
+  await log.waitFor(/watching .* for changes/);
+  writeFileSync(join(sub, '1.yaml'), '- Service: {Namespace: a, Name: x}\n  Endpoints: null\n');
+  await s3.waitFor(3);
+  t.equal(s3.states[2]!.origin, join(sub, '1.yaml'));
+  t.equal(await log.waitFor(/changed, running/), `kpng-callout info: ${join(sub, '1.yaml')}: changed, running`);
+  writeFileSync(callout, '#!/bin/sh\n# 2\n');
+  await s3.waitFor(4);
+  t.equal(s3.states[3]!.origin, join(sub, '1.yaml'), 'the last state, from the fixture it came from');
+  t.equal(await log.waitFor(/callout changed/), `kpng-callout info: ${callout}: callout changed, running ${join(sub, '1.yaml')} again`);
   ac.abort();
   await within(done, 'the watcher to stop');
 });

@@ -1,0 +1,45 @@
+/**
+ * Every default of the command line, in one place: the option parsers, the
+ * help text and the README all take them from here. Durations are in
+ * milliseconds, sizes in bytes.
+ */
+export const DEFAULTS = {
+  /** `--callout` when neither it nor $CALLOUT is set (as upstream kpng-callout). */
+  callout: '/bin/cat',
+  debounceMs: 100,
+  maxWaitMs: 1000,
+  timeoutMs: 60_000,
+  /** SIGTERM -> SIGKILL grace for a callout's process group. */
+  killGraceMs: 5000,
+  resyncPeriodMs: 0,
+  retryMinMs: 1000,
+  retryMaxMs: 30_000,
+  /** `--once-timeout`: 0 waits for ever. */
+  onceTimeoutMs: 0,
+  /** kpng source. */
+  api: '127.0.0.1:12090',
+  errorDelayMs: 1000,
+  maxMsgSize: 4 * 1024 * 1024,
+  /** replay --watch with --watch-poll: how often files are polled. */
+  watchIntervalMs: 1000,
+  logFormat: 'text' as 'text' | 'json',
+} as const;
+
+/** A duration in Go's notation (`100ms`, `1s`, `1m30s`), for help texts. */
+export function formatDuration(ms: number): string {
+  if (ms === 0) return '0';
+  if (ms < 1000 || ms % 1000 !== 0) return `${ms}ms`;
+  let s = ms / 1000;
+  const h = Math.floor(s / 3600);
+  s -= h * 3600;
+  const m = Math.floor(s / 60);
+  s -= m * 60;
+  return `${h > 0 ? `${h}h` : ''}${h > 0 || m > 0 ? `${m}m` : ''}${s > 0 || (h === 0 && m === 0) ? `${s}s` : ''}`;
+}
+
+/** A byte size as the help shows it (`4MiB`). */
+export function formatSize(n: number): string {
+  if (n % 1048576 === 0) return `${n / 1048576}MiB`;
+  if (n % 1024 === 0) return `${n / 1024}KiB`;
+  return String(n);
+}

@@ -1,0 +1,260 @@
+/**
+ * The pipeline one command runs: source -> (printer | runner), with signals,
+ * a broken stdout, `--once-timeout` and the metrics server around it.
+ * Resolves with the exit status; never exits the process itself.
+ */
+import { CalloutError } from './errors.js';
+import type { Logger } from './log.js';
+import type { Metrics, MetricsServer } from './metrics.js';
+import { Runner, type RunResult } from './runner.js';
+import type { Source, StateSink } from './source.js';
+import type { State } from './state.js';
+import { constants as osConstants } from 'node:os';
+
+/** Which program is running: the callout runner or the JSON printer. */
+export type Tool = 'kpng-callout' | 'kpng-json';
+
+/** Process-level dependencies, injectable for tests. */
+export interface CliIO {
+  argv: string[];
+  env: NodeJS.ProcessEnv;
+  stdout: NodeJS.WriteStream;
+  stderr: NodeJS.WriteStream;
+  /** The process, for signal handlers and its stdin. */
+  proc: NodeJS.Process;
+}
+
+/** Options every command shares, validated. */
+export interface CommonOptions {
+  nodeName: string;
+  once: boolean;
+  /** `--once-timeout`: give up when no complete state came within this many ms (0 = wait for ever). */
+  onceTimeoutMs: number;
+  /** 0 normal, 1 debug (-v), 2 debug and every delivered state (-vv); -1 quiet. */
+  verbosity: number;
+  logFormat: 'text' | 'json';
+  logger: Logger;
+  /** `--metrics-addr`: serve /metrics, /healthz, /readyz there (src/metrics.ts). */
+  metricsAddr?: string;
+  /** `--health-addr`: serve only /healthz and /readyz there. */
+  healthAddr?: string;
+}
+
+/** Runner options, validated (kpng-callout only). */
+export interface RunnerFlags {
+  callout: string;
+  debounceMs: number;
+  maxWaitMs: number;
+  timeoutMs: number;
+  resyncPeriodMs: number;
+  retryMinMs: number;
+  retryMaxMs: number;
+}
+
+/** How the pipeline treats pushed states. */
+export type PipelineMode =
+  /** Live source: debounced, coalesced runs; `--once` runs the first state. */
+  | 'live'
+  /** Replay without --watch: every state runs once, in order, awaited. */
+  | 'sequential';
+
+/** Everything a command hands to the pipeline. */
+export interface PipelineSpec {
+  tool: Tool;
+  /** What the source is, for the startup line (`kpng`, `kube`, `replay`). */
+  sourceName: string;
+  source: Source;
+  common: CommonOptions;
+  runner?: RunnerFlags;
+  mode: PipelineMode;
+  version: string;
+}
+
+/** Exit status for a run's result, as a shell would report it. */
+export function exitStatus(r: RunResult): number {
+  if (r.result === 'ok' || r.result === 'skipped') return 0;
+  if (r.exitCode !== undefined && r.exitCode !== null && r.exitCode > 0) return r.exitCode;
+  if (r.result === 'timeout') return 124;
+  if (r.signal) return 128 + ((osConstants.signals as Record<string, number>)[r.signal] ?? 0);
+  if (r.result === 'spawn-error') return r.errorCode === 'EACCES' ? 126 : 127;
+  return 1;
+}
+
+/** Writes one state to a stream without building one big buffer. */
+function writeState(out: NodeJS.WritableStream, state: State): void {
+  const s = out as NodeJS.WriteStream;
+  s.cork?.();
+  for (const line of state.lines) out.write(line);
+  s.uncork?.();
+}
+
+/** Signals that stop us cleanly: a terminal hang-up is a stop, as for a daemon (exit 0). */
+const STOP_SIGNALS: readonly NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
+
+/** Runs source -> (printer | runner) until done; resolves with the exit status. */
+export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number> {
+  const { tool, source, common, mode } = spec;
+  const log = common.logger;
+  const ac = new AbortController();
+  let status = 0;
+  let runner: Runner | undefined;
+  let stopping = false;
+  let stdoutClosed = false;
+  let delivered = false;
+  let onceTimedOut = false;
+  // Runs are serialized, so the newest one settles last: awaiting it awaits them all.
+  let lastRun: Promise<void> = Promise.resolve();
+
+  log.info(`${tool} ${spec.version} starting`, {
+    source: spec.sourceName,
+    node: common.nodeName,
+    ...(spec.runner ? { callout: spec.runner.callout } : {}),
+    nodejs: process.version,
+  });
+
+  // --metrics-addr / --health-addr (src/metrics.ts), loaded only when asked: prom-client costs startup time.
+  let metrics: Metrics | undefined;
+  const servers: MetricsServer[] = [];
+  if (common.metricsAddr !== undefined || common.healthAddr !== undefined) {
+    const m = await import('./metrics.js');
+    metrics = new m.Metrics({ runner: tool === 'kpng-callout' });
+    try {
+      if (common.metricsAddr !== undefined) servers.push(await m.serveMetrics(metrics, common.metricsAddr, log, { endpoints: 'all', flag: '--metrics-addr' }));
+      if (common.healthAddr !== undefined) servers.push(await m.serveMetrics(metrics, common.healthAddr, log, { endpoints: 'health', flag: '--health-addr' }));
+    } catch (err) {
+      for (const s of servers) await s.close();
+      throw err;
+    }
+  }
+
+  const onSignal = (sig: NodeJS.Signals): void => {
+    if (stopping) {
+      if (sig === 'SIGINT') {
+        log.warn('second SIGINT: killing the callout now');
+        runner?.kill();
+        io.proc.exitCode = 130;
+        status = 130;
+        ac.abort();
+      }
+      return;
+    }
+    stopping = true;
+    log.info(`${sig}: stopping`);
+    ac.abort();
+    // The source may be waiting on the in-flight run (replay): stop the runner now, not after the source.
+    void runner?.stop();
+  };
+  for (const s of STOP_SIGNALS) io.proc.on(s, onSignal);
+
+  // Whoever reads our stdout went away (`| head`): stop quietly, as a filter does.
+  const onStdoutError = (err: NodeJS.ErrnoException): void => {
+    if (stdoutClosed) return;
+    stdoutClosed = true;
+    if (err.code !== 'EPIPE' && err.code !== 'ERR_STREAM_DESTROYED') log.warn(`stdout: ${err.message}; stopping`);
+    else log.debug('stdout closed by its reader: stopping');
+    runner?.kill();
+    ac.abort();
+  };
+  io.stdout.on('error', onStdoutError);
+
+  // --once-timeout: a script must not wait for ever on an unreachable source.
+  let onceTimer: NodeJS.Timeout | undefined;
+  if (common.once && common.onceTimeoutMs > 0) {
+    onceTimer = setTimeout(() => {
+      if (delivered) return;
+      onceTimedOut = true;
+      ac.abort();
+    }, common.onceTimeoutMs);
+  }
+
+  // Where each state goes: the printer, or the runner (now or debounced).
+  let deliver: (state: State) => void | Promise<void>;
+  if (tool === 'kpng-json') {
+    deliver = (state) => {
+      if (!stdoutClosed) writeState(io.stdout, state);
+    };
+  } else {
+    const r = spec.runner!;
+    runner = new Runner({
+      file: r.callout,
+      debounceMs: r.debounceMs,
+      maxWaitMs: r.maxWaitMs,
+      timeoutMs: r.timeoutMs,
+      resyncPeriodMs: r.resyncPeriodMs,
+      retryMinMs: r.retryMinMs,
+      retryMaxMs: r.retryMaxMs,
+      nodeName: common.nodeName,
+      env: io.env,
+      stdout: io.stdout,
+      stderr: io.stderr,
+      stderrFormat: common.logFormat,
+      logger: log,
+      ...(metrics ? { onEvent: metrics.onRunnerEvent.bind(metrics) } : {}),
+    });
+    const rn = runner;
+    if (mode === 'sequential' || common.once) {
+      let failed = false;
+      deliver = (state) => {
+        if (stopping || stdoutClosed) return;
+        // Kept so the exit status is known even when the source does not await.
+        const p = rn.runNow(state).then((res) => {
+          if (!failed && exitStatus(res) !== 0) {
+            failed = true;
+            status = exitStatus(res);
+          }
+        });
+        lastRun = p;
+        return p;
+      };
+    } else {
+      deliver = (state) => rn.submit(state);
+    }
+  }
+  const mt = metrics;
+  const sink: StateSink = {
+    push: (state) => {
+      delivered = true;
+      if (common.verbosity >= 2) log.debug('state received', { services: state.services, endpoints: state.endpoints, bytes: state.bytes, input: state.origin });
+      mt?.onState(state);
+      return deliver(state);
+    },
+    ...(mt ? { status: (st: Parameters<NonNullable<StateSink['status']>>[0]) => mt.onSourceStatus(st) } : {}),
+  };
+
+  let failure: unknown;
+  try {
+    await source.run(sink, ac.signal);
+  } catch (err) {
+    failure = err;
+  } finally {
+    clearTimeout(onceTimer);
+    if (runner) {
+      if (stopping || stdoutClosed) await runner.stop();
+      else {
+        await lastRun;
+        await runner.idle();
+        await runner.stop();
+      }
+    }
+    for (const s of STOP_SIGNALS) io.proc.off(s, onSignal);
+    for (const s of servers) await s.close();
+  }
+  if (failure !== undefined) {
+    if (failure instanceof CalloutError && status !== 0) {
+      // A run already failed: its status wins, the source error is still said.
+      log.error(failure.message);
+      return status;
+    }
+    throw failure;
+  }
+  if (onceTimedOut) {
+    throw new CalloutError('source', `--once-timeout: no complete state from the ${spec.sourceName} source within ${formatMs(common.onceTimeoutMs)}`);
+  }
+  if (status === 130) return 130;
+  if (stopping || stdoutClosed) return 0;
+  return status;
+}
+
+function formatMs(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`;
+}
