@@ -12,9 +12,9 @@
 //   (b) incremental  the real kpng source and runner in this process
 //                    (dist/), --debounce 0; after the initial state, 1,000
 //                    revisions, each changing one Endpoint: per revision, the
-//                    time from the server writing the Sync to the callout's
-//                    stdin fully written (runner event input-written). The
-//                    callout is `dd of=/dev/null bs=1M` (reads everything, fast).
+//                    time from the server writing the Sync to the callout
+//                    having read its whole stdin (it prints "x" at EOF). The
+//                    callout is `dd of=/dev/null bs=1M; echo x` (reads everything, fast).
 //                    Clocks: process.hrtime (CLOCK_MONOTONIC) in both processes.
 //   (c) coalescing   the real `kpng-callout` (default --debounce 100ms,
 //                    --max-wait 1s) with a callout that saves its stdin and
@@ -33,7 +33,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Writable } from 'node:stream';
-import { flag, machine, opt, recordSection, root, runDate } from './lib.js';
+import { flag, handOverFloor, machine, opt, quantile, recordSection, root, runDate } from './lib.js';
 
 const SECTION = '## Pipeline: ingest, incremental runs, coalescing';
 const SERVICES = 10_000;
@@ -110,7 +110,6 @@ function digest(bufs) {
   return h.digest('hex');
 }
 
-const quantile = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))];
 const ms = (x, d = 2) => `${x.toFixed(d)} ms`;
 const haveTime = existsSync('/usr/bin/time');
 
@@ -222,7 +221,7 @@ async function benchIngest() {
 
 async function benchIncremental() {
   const { createKpngSource } = await import(join(root, 'dist/sources/kpng.js'));
-  const { Runner } = await import(join(root, 'dist/runner.js'));
+  const { Runner } = await import(join(root, 'dist/runner/runner.js'));
   const server = await startServer();
   const ac = new AbortController();
   const events = [];
@@ -238,14 +237,21 @@ async function benchIncremental() {
       await new Promise((r) => (wake = r));
     }
   };
+  // The callout says "x" on stdout once it has read its whole input (EOF): that
+  // moment is what "the callout has the state" means.
   const runner = new Runner({
-    file: 'dd',
-    args: ['of=/dev/null', 'bs=1M', 'status=none'],
+    file: 'sh',
+    args: ['-c', 'dd of=/dev/null bs=1M status=none; echo x'],
     debounceMs: 0,
     maxWaitMs: 0,
     timeoutMs: 60_000,
     nodeName: 'bench',
-    stdout: new Writable({ write: (_c, _e, cb) => cb() }),
+    stdout: new Writable({
+      write: (_c, _e, cb) => {
+        note({ type: 'input-read', hr: process.hrtime.bigint() });
+        cb();
+      },
+    }),
     stderr: process.stderr,
     onEvent: (e) => note({ ...e, hr: process.hrtime.bigint() }),
   });
@@ -271,7 +277,7 @@ async function benchIncremental() {
       server.send(`change ${k}`);
       const pushed = await nextEvent((e) => e.type === 'pushed');
       const started = await nextEvent((e) => e.type === 'run-started');
-      const written = await nextEvent((e) => e.type === 'input-written');
+      const written = await nextEvent((e) => e.type === 'input-read');
       const finished = await nextEvent((e) => e.type === 'run-finished');
       if (finished.result !== 'ok') throw new Error(`run ${finished.run}: ${finished.result}`);
       const sync = await server.waitSyncs(i + 2); // the first Sync was the full state
@@ -305,28 +311,6 @@ async function benchIncremental() {
     await runner.stop();
     await server.close();
   }
-}
-
-/**
- * The floor of (b): spawn the same callout and hand it the same state's lines
- * (corked writes, as the runner does), with no source and no runner around.
- */
-async function handOverFloor(lines, n) {
-  const times = [];
-  for (let i = 0; i < n; i++) {
-    const t0 = process.hrtime.bigint();
-    const child = spawn('dd', ['of=/dev/null', 'bs=1M', 'status=none'], { stdio: ['pipe', 'ignore', 'ignore'], detached: true });
-    await new Promise((res) => {
-      child.stdin.cork();
-      for (const l of lines) child.stdin.write(l);
-      child.stdin.uncork();
-      child.stdin.end(res);
-    });
-    times.push(Number(process.hrtime.bigint() - t0) / 1e6);
-    await once(child, 'exit');
-  }
-  times.sort((a, b) => a - b);
-  return { p50: quantile(times, 0.5), p99: quantile(times, 0.99) };
 }
 
 // ---------------------------------------------------------------- (c)

@@ -13,19 +13,10 @@
  * `marshal*` functions build wire bytes from the same model types (the test
  * server uses them; so can a future server).
  */
+import { isValidUtf8 } from './utf8.js';
 import { readFileSync } from 'node:fs';
 import protobuf from 'protobufjs';
-import type {
-  ClientIPAffinity,
-  Endpoint,
-  EndpointScopes,
-  IPFilter,
-  IPSet,
-  PortMapping,
-  PortName,
-  Service,
-  ServiceIPs,
-} from './model.js';
+import type { ClientIPAffinity, Endpoint, EndpointScopes, IPFilter, IPSet, PortMapping, PortName, Service, ServiceIPs } from './model.js';
 
 /** `Ref`: which set and which path an op addresses. */
 export interface Ref {
@@ -81,53 +72,6 @@ const T = {
   Service: root.lookupType('localv1.Service'),
   Endpoint: root.lookupType('localv1.Endpoint'),
 };
-
-/**
- * The code point of the multi-byte UTF-8 sequence whose lead byte (>= 0x80)
- * is `bytes[i]`, or -1 when it is not well-formed (overlong, surrogate, above
- * U+10FFFF, truncated at `end`): the rule Go's proto3 decoder applies to
- * strings. Its length follows from the code point (see utf8Length). Shared
- * with the fast path of wirejson.ts, which validates as it copies.
- */
-export function utf8CodePoint(bytes: Uint8Array, i: number, end: number): number {
-  const c = bytes[i]!;
-  let n: number;
-  let min: number;
-  let cp: number;
-  if (c >= 0xc2 && c <= 0xdf) (n = 1), (min = 0x80), (cp = c & 0x1f);
-  else if (c >= 0xe0 && c <= 0xef) (n = 2), (min = 0x800), (cp = c & 0x0f);
-  else if (c >= 0xf0 && c <= 0xf4) (n = 3), (min = 0x10000), (cp = c & 0x07);
-  else return -1;
-  if (i + n >= end) return -1; // truncated sequence
-  for (let k = 1; k <= n; k++) {
-    const d = bytes[i + k]!;
-    if ((d & 0xc0) !== 0x80) return -1;
-    cp = (cp << 6) | (d & 0x3f);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return -1;
-  return cp;
-}
-
-/** Bytes of the (well-formed, non-ASCII) UTF-8 encoding of `cp`: overlongs are rejected, so it is determined. */
-export const utf8Length = (cp: number): number => (cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4);
-
-/**
- * True when `bytes` is well-formed UTF-8 (no overlongs, no surrogates,
- * nothing above U+10FFFF): the rule Go's proto3 decoder applies to strings.
- */
-export function isValidUtf8(bytes: Uint8Array, start = 0, end = bytes.length): boolean {
-  let i = start;
-  while (i < end) {
-    if (bytes[i]! < 0x80) {
-      i++;
-      continue;
-    }
-    const cp = utf8CodePoint(bytes, i, end);
-    if (cp < 0) return false;
-    i += utf8Length(cp);
-  }
-  return true;
-}
 
 // protobufjs verifies proto3 strings with a fatal TextDecoder, which a Node
 // built without ICU lacks (it then silently decodes lossily). Check once at

@@ -23,18 +23,23 @@ export const DEFAULTS = {
   /** replay --watch with --watch-poll: how often files are polled. */
   watchIntervalMs: 1000,
   logFormat: 'text' as 'text' | 'json',
+  /** kube source: list/watch restart backoff (jittered, src/backoff.ts). */
+  kubeRetryMinMs: 500,
+  kubeRetryMaxMs: 30_000,
+  /** kube source: the watch timeout asked of the API server, at random in this range (as client-go). */
+  kubeWatchTimeoutMinS: 300,
+  kubeWatchTimeoutMaxS: 600,
 } as const;
 
-/** A duration in Go's notation (`100ms`, `1s`, `1m30s`), for help texts. */
+/** A duration in Go's notation, zero parts left out (`100ms`, `1s`, `1m30s`, `1h`), for help texts. */
 export function formatDuration(ms: number): string {
   if (ms === 0) return '0';
   if (ms < 1000 || ms % 1000 !== 0) return `${ms}ms`;
-  let s = ms / 1000;
-  const h = Math.floor(s / 3600);
-  s -= h * 3600;
-  const m = Math.floor(s / 60);
-  s -= m * 60;
-  return `${h > 0 ? `${h}h` : ''}${h > 0 || m > 0 ? `${m}m` : ''}${s > 0 || (h === 0 && m === 0) ? `${s}s` : ''}`;
+  const total = ms / 1000;
+  const h = Math.floor(total / 3600);
+  const m = Math.floor((total % 3600) / 60);
+  const s = total % 60;
+  return `${h ? `${h}h` : ''}${m ? `${m}m` : ''}${s ? `${s}s` : ''}`;
 }
 
 /** A byte size as the help shows it (`4MiB`). */

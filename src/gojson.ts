@@ -49,20 +49,25 @@ export function goString(s: string): string {
 }
 
 /**
- * Compares strings by their UTF-8 bytes (Go's string order), which differs
- * from JS's UTF-16 order only between surrogates and U+E000..U+FFFF.
+ * The one UTF-8 string comparison: strings by their UTF-8 bytes (Go's string
+ * order), which differs from JS's UTF-16 order only between surrogates and
+ * U+E000..U+FFFF. With `slashFirst`, `/` sorts before every other byte
+ * (kpng's path order, see state.ts comparePaths).
  */
-export function compareUtf8(a: string, b: string): number {
+export function compareUtf8(a: string, b: string, slashFirst = false): number {
   const n = Math.min(a.length, b.length);
   for (let i = 0; i < n; i++) {
-    let x = a.charCodeAt(i);
-    let y = b.charCodeAt(i);
-    if (x === y) continue;
-    if (x >= 0xd800) x = x < 0xe000 ? x + 0x2000 : x - 0x800;
-    if (y >= 0xd800) y = y < 0xe000 ? y + 0x2000 : y - 0x800;
-    return x - y;
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x !== y) return utf8Rank(x, slashFirst) - utf8Rank(y, slashFirst);
   }
   return a.length - b.length;
+}
+
+/** A UTF-16 code unit's place in UTF-8 byte order (surrogates encode above U+FFFF). */
+function utf8Rank(c: number, slashFirst: boolean): number {
+  if (slashFirst && c === 0x2f) return -1;
+  return c >= 0xd800 ? (c < 0xe000 ? c + 0x2000 : c - 0x800) : c;
 }
 
 class Obj {
@@ -101,6 +106,9 @@ class Obj {
     return this.s + '}';
   }
 }
+
+// One encoder per message, each listing its fields in declaration order (the
+// pairs the duplicates tool reports here): the field order is the contract.
 
 export function encodeIPSet(v: IPSet): string {
   const o = new Obj();

@@ -71,7 +71,7 @@ export interface RepeatFilterOptions {
   /** Least time between two reports of the same failure at its own level (ms). Default 60000. */
   intervalMs?: number;
   /** Millisecond clock (tests). Default Date.now. */
-  now?: () => number;
+  now?: (() => number) | undefined;
 }
 
 /** What to do with one occurrence of a failure. */

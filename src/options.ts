@@ -48,14 +48,21 @@ export interface HostPortOptions {
 }
 
 /**
- * `host:port`, `[v6]:port` or a `unix:` address, validated; returned as given.
+ * An address parsed once, at the command line: a Unix socket, or a host
+ * (brackets of an IPv6 literal removed; `''` for every interface) and port.
+ * `text` is the address as given, for messages and for gRPC targets.
+ */
+export type Address = { readonly text: string } & ({ readonly unix: string } | { readonly host: string; readonly port: number });
+
+/**
+ * `host:port`, `[v6]:port` or a `unix:` address, validated and parsed.
  * See {@link HostPortOptions} for port 0 and `:PORT`.
  */
-export function parseHostPort(option: string, value: string, options: HostPortOptions = {}): string {
+export function parseHostPort(option: string, value: string, options: HostPortOptions = {}): Address {
   const { allowPortZero = false, allowEmptyHost = false } = options;
   if (value.startsWith('unix:')) {
     if (value.length <= 5) throw usageError(option, value, 'expected unix:PATH');
-    return value;
+    return { text: value, unix: value.slice(5) };
   }
   const m = /^(\[[0-9a-fA-F:.]+\]|[^:[\]\s]*):(\d+)$/.exec(value);
   if (!m) {
@@ -65,7 +72,7 @@ export function parseHostPort(option: string, value: string, options: HostPortOp
   const port = Number(m[2]);
   if (port < (allowPortZero ? 0 : 1) || port > 65535) throw usageError(option, value, `port out of range ${allowPortZero ? 0 : 1}-65535`);
   if (m[1] === '' && !allowEmptyHost) throw usageError(option, value, 'missing host, such as 127.0.0.1');
-  return value;
+  return { text: value, host: m[1]!.replace(/^\[(.*)\]$/, '$1'), port };
 }
 
 /** A non-empty string option (names, paths). */

@@ -5,8 +5,11 @@
  */
 import { CalloutError } from './errors.js';
 import type { Logger } from './log.js';
-import type { Metrics, MetricsServer } from './metrics.js';
-import { Runner, type RunResult } from './runner.js';
+import type { Metrics } from './metrics/metrics.js';
+import type { MetricsServer } from './metrics/server.js';
+import type { Address } from './options.js';
+import type { RunResult } from './runner/callout.js';
+import { Runner } from './runner/runner.js';
 import type { Source, StateSink } from './source.js';
 import type { State } from './state.js';
 import { constants as osConstants } from 'node:os';
@@ -35,9 +38,9 @@ export interface CommonOptions {
   logFormat: 'text' | 'json';
   logger: Logger;
   /** `--metrics-addr`: serve /metrics, /healthz, /readyz there (src/metrics.ts). */
-  metricsAddr?: string;
+  metricsAddr?: Address | undefined;
   /** `--health-addr`: serve only /healthz and /readyz there. */
-  healthAddr?: string;
+  healthAddr?: Address | undefined;
 }
 
 /** Runner options, validated (kpng-callout only). */
@@ -65,7 +68,7 @@ export interface PipelineSpec {
   sourceName: string;
   source: Source;
   common: CommonOptions;
-  runner?: RunnerFlags;
+  runner?: RunnerFlags | undefined;
   mode: PipelineMode;
   version: string;
 }
@@ -100,6 +103,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   let runner: Runner | undefined;
   let stopping = false;
   let stdoutClosed = false;
+  let stdoutFailed = false;
   let delivered = false;
   let onceTimedOut = false;
   // Runs are serialized, so the newest one settles last: awaiting it awaits them all.
@@ -108,7 +112,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   log.info(`${tool} ${spec.version} starting`, {
     source: spec.sourceName,
     node: common.nodeName,
-    ...(spec.runner ? { callout: spec.runner.callout } : {}),
+    callout: spec.runner?.callout,
     nodejs: process.version,
   });
 
@@ -116,11 +120,11 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   let metrics: Metrics | undefined;
   const servers: MetricsServer[] = [];
   if (common.metricsAddr !== undefined || common.healthAddr !== undefined) {
-    const m = await import('./metrics.js');
-    metrics = new m.Metrics({ runner: tool === 'kpng-callout' });
+    const [{ Metrics }, { serveMetrics }] = await Promise.all([import('./metrics/metrics.js'), import('./metrics/server.js')]);
+    metrics = new Metrics({ runner: tool === 'kpng-callout' });
     try {
-      if (common.metricsAddr !== undefined) servers.push(await m.serveMetrics(metrics, common.metricsAddr, log, { endpoints: 'all', flag: '--metrics-addr' }));
-      if (common.healthAddr !== undefined) servers.push(await m.serveMetrics(metrics, common.healthAddr, log, { endpoints: 'health', flag: '--health-addr' }));
+      if (common.metricsAddr !== undefined) servers.push(await serveMetrics(metrics, common.metricsAddr, log, { endpoints: 'all', flag: '--metrics-addr' }));
+      if (common.healthAddr !== undefined) servers.push(await serveMetrics(metrics, common.healthAddr, log, { endpoints: 'health', flag: '--health-addr' }));
     } catch (err) {
       for (const s of servers) await s.close();
       throw err;
@@ -150,8 +154,11 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   const onStdoutError = (err: NodeJS.ErrnoException): void => {
     if (stdoutClosed) return;
     stdoutClosed = true;
-    if (err.code !== 'EPIPE' && err.code !== 'ERR_STREAM_DESTROYED') log.warn(`stdout: ${err.message}; stopping`);
-    else log.debug('stdout closed by its reader: stopping');
+    if (err.code !== 'EPIPE' && err.code !== 'ERR_STREAM_DESTROYED') {
+      // Output was lost (a full disk, EIO): a failure, unlike a reader that left.
+      log.error(`stdout: ${err.message}; stopping`);
+      stdoutFailed = true;
+    } else log.debug('stdout closed by its reader: stopping');
     runner?.kill();
     ac.abort();
   };
@@ -189,7 +196,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
       stderr: io.stderr,
       stderrFormat: common.logFormat,
       logger: log,
-      ...(metrics ? { onEvent: metrics.onRunnerEvent.bind(metrics) } : {}),
+      onEvent: metrics?.onRunnerEvent.bind(metrics),
     });
     const rn = runner;
     if (mode === 'sequential' || common.once) {
@@ -218,7 +225,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
       mt?.onState(state);
       return deliver(state);
     },
-    ...(mt ? { status: (st: Parameters<NonNullable<StateSink['status']>>[0]) => mt.onSourceStatus(st) } : {}),
+    status: mt ? (st) => mt.onSourceStatus(st) : undefined,
   };
 
   let failure: unknown;
@@ -251,6 +258,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
     throw new CalloutError('source', `--once-timeout: no complete state from the ${spec.sourceName} source within ${formatMs(common.onceTimeoutMs)}`);
   }
   if (status === 130) return 130;
+  if (stdoutFailed) return 1;
   if (stopping || stdoutClosed) return 0;
   return status;
 }

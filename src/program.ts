@@ -153,7 +153,7 @@ export function buildProgram(tool: Tool, io: CliIO, out: ErrorOutput, done: (p: 
     const common = commonFrom(o, io, tool);
     const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
     const source = kpngSourceFrom(o, common);
-    done(runPipeline({ tool, sourceName: 'kpng', source, common, ...(runner ? { runner } : {}), mode: 'live', version }, io));
+    done(runPipeline({ tool, sourceName: 'kpng', source, common, runner, mode: 'live', version }, io));
   });
 
   const kube = configure(addKubeOptions(addServiceFilterOptions(addCommonOptions(program.command('kube'), tool, version), 'handle')));
@@ -162,7 +162,7 @@ export function buildProgram(tool: Tool, io: CliIO, out: ErrorOutput, done: (p: 
     const common = commonFrom(o, io, tool);
     const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
     const source = await kubeSourceFrom(o, common, io.env);
-    done(runPipeline({ tool, sourceName: 'kube', source, common, ...(runner ? { runner } : {}), mode: 'live', version }, io));
+    done(runPipeline({ tool, sourceName: 'kube', source, common, runner, mode: 'live', version }, io));
   });
 
   const replay = configure(addReplayOptions(addServiceFilterOptions(addCommonOptions(program.command('replay'), tool, version), 'keep'), tool));
@@ -173,7 +173,7 @@ export function buildProgram(tool: Tool, io: CliIO, out: ErrorOutput, done: (p: 
     const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
     const source = await replaySourceFrom(paths, o, common, runner, io);
     // Every state runs once, in order, awaited (the replay source debounces file events itself).
-    done(runPipeline({ tool, sourceName: 'replay', source, common, ...(runner ? { runner } : {}), mode: 'sequential', version }, io));
+    done(runPipeline({ tool, sourceName: 'replay', source, common, runner, mode: 'sequential', version }, io));
   });
   return program;
 }

@@ -24,7 +24,7 @@ export interface StateSink {
    */
   push(state: State): void | Promise<void>;
   /** Status changes of a live source. */
-  status?(status: SourceStatus): void;
+  status?: ((status: SourceStatus) => void) | undefined;
 }
 
 export interface Source {

@@ -4,7 +4,7 @@
  * client's order. Each Service's line is cached and re-encoded only when the
  * Service or one of its endpoints changed.
  */
-import { encodeEndpoint, encodeLine, encodeService, encodeServiceEndpoints } from './gojson.js';
+import { compareUtf8, encodeEndpoint, encodeLine, encodeService, encodeServiceEndpoints } from './gojson.js';
 import type { Endpoint, Service, ServiceEndpoints } from './model.js';
 
 /** A complete node-local state, as the callout receives it. Immutable. */
@@ -56,18 +56,7 @@ export function stateText(s: State): string {
  * kpng's path order: bytes compared in order, except that `/` sorts before
  * every other byte (so `default/a/x` follows `default/a`, never `default/a-b`).
  */
-export function comparePaths(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    let x = a.charCodeAt(i);
-    let y = b.charCodeAt(i);
-    if (x === y) continue;
-    x = x === 0x2f ? -1 : x >= 0xd800 ? (x < 0xe000 ? x + 0x2000 : x - 0x800) : x;
-    y = y === 0x2f ? -1 : y >= 0xd800 ? (y < 0xe000 ? y + 0x2000 : y - 0x800) : y;
-    return x - y;
-  }
-  return a.length - b.length;
-}
+export const comparePaths = (a: string, b: string): number => compareUtf8(a, b, true);
 
 /**
  * Flattens a string built by concatenation, in place (V8 flattens a cons

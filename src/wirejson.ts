@@ -14,7 +14,8 @@
  * always exactly the reference one. test/wirejson.test.ts checks both paths
  * agree.
  */
-import { unmarshalEndpoint, unmarshalOpItem, utf8CodePoint, utf8Length, type OpItem, type Value } from './codec.js';
+import { unmarshalEndpoint, unmarshalOpItem, type OpItem, type Value } from './codec.js';
+import { utf8CodePoint, utf8Length } from './utf8.js';
 import { encodeEndpoint } from './gojson.js';
 
 /** Scratch output, grown on demand; one conversion at a time (synchronous). */
@@ -180,6 +181,7 @@ function ipSet(buf: Uint8Array, p: { i: number }, end: number): void {
   byte(0x7d);
 }
 
+// One tag loop per message reader, on purpose: a shared one costs a callback per field on the hot path.
 /** PortName at [p.i, end): `{"Name":"...","Port":N}`. */
 function portName(buf: Uint8Array, p: { i: number }, end: number): void {
   byte(0x7b);

@@ -5,7 +5,6 @@
 import t from 'tap';
 import protobuf from 'protobufjs';
 import {
-  isValidUtf8,
   marshalEndpoint,
   marshalOpItem,
   marshalService,
@@ -207,32 +206,4 @@ t.test('rejects invalid UTF-8 in every kind of string field', async (t) => {
   ];
   for (const [name, f] of cases) t.throws(f, name);
   t.throws(() => unmarshalService(Uint8Array.of(0x0a, 0x09, 0x61)), 'truncated');
-});
-
-t.test('isValidUtf8 (fallback validator)', async (t) => {
-  const ok = (b: number[]): boolean => isValidUtf8(Uint8Array.from(b));
-  const enc = (s: string): number[] => [...new TextEncoder().encode(s)];
-  t.ok(ok([]));
-  t.ok(ok(enc('plain ascii')));
-  t.ok(ok(enc('é ü ẞ € \u2028 \uFFFD \uFFFF 😀 \u{10FFFF}')));
-  for (const bad of [
-    [0x80],
-    [0xc3],
-    [0xc3, 0x28],
-    [0xc0, 0x80], // overlong NUL
-    [0xc1, 0xbf],
-    [0xe0, 0x80, 0x80], // overlong
-    [0xe0, 0x9f, 0xbf],
-    [0xed, 0xa0, 0x80], // surrogate
-    [0xed, 0xbf, 0xbf],
-    [0xf0, 0x8f, 0xbf, 0xbf], // overlong
-    [0xf4, 0x90, 0x80, 0x80], // above U+10FFFF
-    [0xf5, 0x80, 0x80, 0x80],
-    [0xff],
-    [0x61, 0xe2, 0x82], // truncated at the end
-  ]) {
-    t.notOk(ok(bad), bad.map((b) => b.toString(16)).join(' '));
-  }
-  const b = Uint8Array.of(0xff, 0x61, 0x62, 0xff);
-  t.ok(isValidUtf8(b, 1, 3), 'checks only the given range');
 });

@@ -3,25 +3,21 @@
  * server into the kpng source; the states pushed, printed one after the
  * other as kpng-json does, must equal the hand-written expected bytes.
  */
-import { readdirSync, readFileSync } from 'node:fs';
 import t from 'tap';
 import { createKpngSource } from '../src/sources/kpng.js';
-import { KpngTestServer, type Revision } from './helpers/kpng-server.js';
-import { captureLog, recordingSink, within } from './helpers/sink.js';
+import { KpngTestServer } from './helpers/kpng-server.js';
+import { compatCase, compatCases } from './helpers/fixtures.js';
+import { captureLog, recordingSink } from './helpers/sink.js';
+import { within } from './helpers/wait.js';
 
-const dir = new URL('../fixtures/compat/', import.meta.url);
-const cases = readdirSync(dir)
-  .filter((f) => f.endsWith('.ops.json'))
-  .map((f) => f.slice(0, -'.ops.json'.length))
-  .sort();
+const cases = compatCases();
 
 t.ok(cases.length >= 10, `found ${cases.length} cases`);
 
 for (const name of cases) {
   t.test(name, async (t) => {
-    const ops = JSON.parse(readFileSync(new URL(`${name}.ops.json`, dir), 'utf8')) as { revisions: Revision[] };
-    const expected = readFileSync(new URL(`${name}.expected.jsonl`, dir));
-    const server = await new KpngTestServer({ revisions: ops.revisions }).start();
+    const { revisions, expected } = compatCase(name);
+    const server = await new KpngTestServer({ revisions }).start();
     const sink = recordingSink();
     const log = captureLog();
     const ac = new AbortController();
@@ -31,7 +27,7 @@ for (const name of cases) {
       await within(run, 'stopping');
       await server.close();
     });
-    await sink.waitForStates(ops.revisions.length);
+    await sink.waitForStates(revisions.length);
     const got = Buffer.concat(sink.states.flatMap((s) => s.lines as Buffer[]));
     if (!got.equals(expected)) {
       // Show the first differing line, bytes escaped, for a readable failure.

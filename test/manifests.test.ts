@@ -11,16 +11,14 @@ import { parseAllDocuments } from 'yaml';
 import { convertObjects } from '../src/convert/kubernetes.js';
 import { parseHostPort } from '../src/options.js';
 import { stateText } from '../src/state.js';
-
-const root = new URL('../', import.meta.url);
-const manifestsDir = new URL('manifests/', root);
+import { repoPath } from './helpers/fixtures.js';
 
 type Obj = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string> }; [k: string]: any };
 
-const files = readdirSync(manifestsDir).filter((f) => /\.ya?ml$/.test(f));
+const files = readdirSync(repoPath('manifests')).filter((f) => /\.ya?ml$/.test(f));
 const objects: Array<Obj & { file: string }> = [];
 for (const f of files) {
-  const docs = parseAllDocuments(readFileSync(new URL(f, manifestsDir), 'utf8'));
+  const docs = parseAllDocuments(readFileSync(repoPath('manifests', f), 'utf8'));
   for (const d of docs) {
     if (d.errors.length > 0) throw new Error(`${f}: ${d.errors[0]!.message}`);
     const o = d.toJS() as Obj | null;
@@ -59,7 +57,7 @@ t.test('the ClusterRole grants exactly get/list/watch on services, endpointslice
 
 /** Where each repository path lands in the image, from the Dockerfile's WORKDIR and COPY lines. */
 function imageCopies(): Array<{ src: string; dest: string }> {
-  const lines = readFileSync(new URL('Dockerfile', root), 'utf8').replace(/\\\n/g, ' ').split('\n');
+  const lines = readFileSync(repoPath('Dockerfile'), 'utf8').replace(/\\\n/g, ' ').split('\n');
   let workdir = '/';
   const copies: Array<{ src: string; dest: string }> = [];
   for (const line of lines) {
@@ -77,11 +75,11 @@ function imageCopies(): Array<{ src: string; dest: string }> {
 /** The repository file that becomes `imagePath`, if a COPY puts one there. */
 function repoFileFor(imagePath: string): string | undefined {
   for (const { src, dest } of imageCopies()) {
-    const isDir = existsSync(new URL(src, root)) && statSync(new URL(src, root)).isDirectory();
+    const isDir = existsSync(repoPath(src)) && statSync(repoPath(src)).isDirectory();
     const base = isDir ? dest : posix.join(dest, posix.basename(src));
     if (isDir && imagePath.startsWith(dest + '/')) {
       const rel = posix.join(src, imagePath.slice(dest.length + 1));
-      if (existsSync(new URL(rel, root))) return rel;
+      if (existsSync(repoPath(rel))) return rel;
     } else if (!isDir && imagePath === base) return src;
   }
   return undefined;
@@ -105,12 +103,12 @@ t.test('the DaemonSet: host network, capabilities, NODE_NAME from the downward A
   t.ok(rel, `the Dockerfile copies a file to ${callout}`);
   if (!rel) return;
   t.equal(rel, 'callouts/kpng-example-allip', 'the bundled all-IP callout');
-  accessSync(new URL(rel, root), constants.X_OK);
-  const ignored = existsSync(new URL('.dockerignore', root)) ? readFileSync(new URL('.dockerignore', root), 'utf8').split('\n').map((l) => l.trim()).filter(Boolean) : [];
+  accessSync(repoPath(rel), constants.X_OK);
+  const ignored = existsSync(repoPath('.dockerignore')) ? readFileSync(repoPath('.dockerignore'), 'utf8').split('\n').map((l) => l.trim()).filter(Boolean) : [];
   t.notOk(ignored.some((p) => rel === p || rel.startsWith(p.replace(/\/$/, '') + '/')), '.dockerignore keeps it');
 
   // The image runs the tool, with what the callouts need installed.
-  const dockerfile = readFileSync(new URL('Dockerfile', root), 'utf8');
+  const dockerfile = readFileSync(repoPath('Dockerfile'), 'utf8');
   t.match(dockerfile, /^FROM node:20[\w.-]*slim/m);
   for (const pkg of ['iptables', 'nftables', 'jq']) t.match(dockerfile, new RegExp(`apt-get install[^\\n]*\\b${pkg}\\b`), pkg);
   t.match(dockerfile, /npm ci/);
@@ -124,33 +122,34 @@ t.test('the DaemonSet: metrics on loopback, health on every interface, the readi
   const ds = find('DaemonSet').find((d) => d.metadata.name === 'kpng-callout')!;
   const c = ds.spec.template.spec.containers[0];
   const args = c.args as string[];
-  const arg = (flag: string): string => {
+  const arg = (flag: string): { text: string; port: number } => {
     const i = args.indexOf(flag);
     t.ok(i > 0 && i + 1 < args.length, `passes ${flag}`);
-    return parseHostPort(flag, args[i + 1]!, { allowPortZero: false, allowEmptyHost: true });
+    const a = parseHostPort(flag, args[i + 1]!, { allowPortZero: false, allowEmptyHost: true });
+    if (!('port' in a)) throw new Error(`${flag} ${a.text}: expected HOST:PORT, not a Unix socket`);
+    return a;
   };
-  const metricsAddr = arg('--metrics-addr');
-  const healthAddr = arg('--health-addr');
-  const portOf = (addr: string): number => Number(addr.slice(addr.lastIndexOf(':') + 1));
+  const metrics = arg('--metrics-addr');
+  const health = arg('--health-addr');
   // With hostNetwork, 0.0.0.0 would publish the metrics on the node's addresses.
-  t.match(metricsAddr, /^(127\.0\.0\.1|\[::1\]):\d+$/, 'metrics on loopback only');
+  t.match(metrics.text, /^(127\.0\.0\.1|\[::1\]):\d+$/, 'metrics on loopback only');
   // The kubelet probes the pod IP, which with hostNetwork is the node IP: loopback would not do.
-  t.match(healthAddr, /^(|0\.0\.0\.0|\[::\]):\d+$/, 'health on every interface');
-  t.not(portOf(metricsAddr), portOf(healthAddr), 'two ports');
+  t.match(health.text, /^(|0\.0\.0\.0|\[::\]):\d+$/, 'health on every interface');
+  t.not(metrics.port, health.port, 'two ports');
 
   const ports = new Map((c.ports as Array<{ name: string; containerPort: number }>).map((p) => [p.name, p.containerPort]));
-  t.equal(ports.get('metrics'), portOf(metricsAddr), 'the metrics port is declared');
-  t.equal(ports.get('health'), portOf(healthAddr), 'the health port is declared');
+  t.equal(ports.get('metrics'), metrics.port, 'the metrics port is declared');
+  t.equal(ports.get('health'), health.port, 'the health port is declared');
 
   const probe = c.readinessProbe?.httpGet as { path: string; port: number | string; host?: string } | undefined;
   t.ok(probe, 'a readinessProbe');
   t.equal(probe?.path, '/readyz');
-  t.equal(typeof probe?.port === 'string' ? ports.get(probe.port) : probe?.port, portOf(healthAddr), 'probes the health port');
+  t.equal(typeof probe?.port === 'string' ? ports.get(probe.port) : probe?.port, health.port, 'probes the health port');
   t.notOk(probe?.host, 'at the pod (node) IP, no host override');
   // No probe of any kind points at the loopback-only metrics port.
   for (const kind of ['livenessProbe', 'readinessProbe', 'startupProbe']) {
     const p = c[kind]?.httpGet as { port: number | string } | undefined;
-    if (p) t.not(typeof p.port === 'string' ? ports.get(p.port) : p.port, portOf(metricsAddr), `${kind} not on the metrics port`);
+    if (p) t.not(typeof p.port === 'string' ? ports.get(p.port) : p.port, metrics.port, `${kind} not on the metrics port`);
   }
 });
 

@@ -1,12 +1,59 @@
 /**
- * parseHostPort: what a connect address (--api) and a listen address
- * (--metrics-addr, --health-addr) accept.
+ * Option value parsers: Go durations, byte sizes, addresses (what a connect
+ * address, --api, and a listen address, --metrics-addr / --health-addr,
+ * accept), names.
  */
 import t from 'tap';
-import { parseHostPort } from '../src/options.js';
+import { parseDuration, parseHostPort, parseNonEmpty, parseServiceProxyName, parseSize } from '../src/options.js';
 
-t.test('HOST:PORT, [v6]:PORT and unix:PATH are returned as given', async (t) => {
-  for (const v of ['127.0.0.1:12090', 'localhost:1', '[::1]:65535', '[2001:db8::1]:80', 'unix:/run/kpng.sock']) t.equal(parseHostPort('--api', v), v);
+t.test("durations as Go's time.ParseDuration reads them, in milliseconds", async (t) => {
+  const cases: Array<[string, number]> = [
+    ['0', 0],
+    ['100ms', 100],
+    ['1s', 1000],
+    ['1m30s', 90_000],
+    ['1h', 3_600_000],
+    ['1.5s', 1500],
+    ['.5s', 500],
+    ['250us', 0.25],
+    ['250µs', 0.25],
+    ['1000000ns', 1],
+    ['2h45m', 9_900_000],
+  ];
+  for (const [v, ms] of cases) t.equal(parseDuration('--x', v), ms, v);
+  for (const bad of ['', '5', '1 s', '1sec', 's', '-1s', '1s2', 'fast']) {
+    t.throws(() => parseDuration('--debounce', bad), { code: 'usage', message: `--debounce ${JSON.stringify(bad)}: expected a duration such as 100ms, 1s, 1m30s (or 0)` }, bad);
+  }
+});
+
+t.test('sizes in bytes, SI and binary units', async (t) => {
+  const cases: Array<[string, number]> = [
+    ['4194304', 4194304],
+    ['4MiB', 4194304],
+    ['512KiB', 524288],
+    ['10MB', 10_000_000],
+    ['1k', 1000],
+    ['1Gi', 1073741824],
+  ];
+  for (const [v, n] of cases) t.equal(parseSize('--max-msg-size', v), n, v);
+  t.throws(() => parseSize('--max-msg-size', 'big'), { code: 'usage', message: /expected a size in bytes/ });
+  t.throws(() => parseSize('--max-msg-size', '0'), { code: 'usage', message: /out of range/ });
+  t.throws(() => parseSize('--max-msg-size', '4GiB'), { code: 'usage', message: /out of range/ });
+});
+
+t.test('names: non-empty values and service-proxy-name label values', async (t) => {
+  t.equal(parseNonEmpty('--node-name', 'vm-1'), 'vm-1');
+  t.throws(() => parseNonEmpty('--node-name', ' '), { code: 'usage', message: '--node-name "": expected a non-empty value' });
+  for (const ok of ['kpng-example', 'a', 'A.b_c-9']) t.equal(parseServiceProxyName('--service-proxy-name', ok), ok);
+  for (const bad of ['', '-a', 'a-', 'a b', 'x'.repeat(64)]) t.throws(() => parseServiceProxyName('--service-proxy-name', bad), { code: 'usage' }, bad);
+});
+
+t.test('HOST:PORT, [v6]:PORT and unix:PATH are parsed once, the text kept as given', async (t) => {
+  t.same(parseHostPort('--api', '127.0.0.1:12090'), { text: '127.0.0.1:12090', host: '127.0.0.1', port: 12090 });
+  t.same(parseHostPort('--api', 'localhost:1'), { text: 'localhost:1', host: 'localhost', port: 1 });
+  t.same(parseHostPort('--api', '[::1]:65535'), { text: '[::1]:65535', host: '::1', port: 65535 });
+  t.same(parseHostPort('--api', '[2001:db8::1]:80'), { text: '[2001:db8::1]:80', host: '2001:db8::1', port: 80 });
+  t.same(parseHostPort('--api', 'unix:/run/kpng.sock'), { text: 'unix:/run/kpng.sock', unix: '/run/kpng.sock' });
 });
 
 t.test('a connect address needs a host and a port in 1-65535', async (t) => {
@@ -18,10 +65,10 @@ t.test('a connect address needs a host and a port in 1-65535', async (t) => {
 
 t.test('a listen address: :PORT (every interface, as Go) and port 0 when allowed', async (t) => {
   const listen = { allowPortZero: true, allowEmptyHost: true };
-  t.equal(parseHostPort('--metrics-addr', ':9100', listen), ':9100');
-  t.equal(parseHostPort('--metrics-addr', ':0', listen), ':0');
-  t.equal(parseHostPort('--metrics-addr', '127.0.0.1:0', listen), '127.0.0.1:0');
-  t.equal(parseHostPort('--health-addr', '[::]:19479', listen), '[::]:19479');
+  t.same(parseHostPort('--metrics-addr', ':9100', listen), { text: ':9100', host: '', port: 9100 });
+  t.same(parseHostPort('--metrics-addr', ':0', listen), { text: ':0', host: '', port: 0 });
+  t.same(parseHostPort('--metrics-addr', '127.0.0.1:0', listen), { text: '127.0.0.1:0', host: '127.0.0.1', port: 0 });
+  t.same(parseHostPort('--health-addr', '[::]:19479', listen), { text: '[::]:19479', host: '::', port: 19479 });
   t.throws(() => parseHostPort('--metrics-addr', ':70000', listen), { code: 'usage', message: '--metrics-addr :70000: port out of range 0-65535' });
   t.throws(() => parseHostPort('--metrics-addr', '9100', listen), {
     code: 'usage',
@@ -29,6 +76,6 @@ t.test('a listen address: :PORT (every interface, as Go) and port 0 when allowed
   });
   // Each allowance on its own.
   t.throws(() => parseHostPort('--x', ':9100', { allowPortZero: true }), { message: /missing host/ });
-  t.equal(parseHostPort('--x', ':9100', { allowEmptyHost: true }), ':9100');
+  t.equal(parseHostPort('--x', ':9100', { allowEmptyHost: true }).text, ':9100');
   t.throws(() => parseHostPort('--x', ':0', { allowEmptyHost: true }), { message: /port out of range 1-65535/ });
 });

@@ -16,7 +16,7 @@ const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
 
 const services = ['default/a', 'default/a-b', 'default/b', 'kube-system/dns', 'x/y'];
 const keys = ['p1', 'p2', 'p10', 'q/r', 'z'];
-const svc = (path: string, v: number): Service => ({ Namespace: path.split('/')[0], Name: path.split('/')[1], Type: v % 2 ? 'ClusterIP' : 'NodePort' });
+const svc = (path: string, v: number): Service => ({ Namespace: path.split('/')[0]!, Name: path.split('/')[1]!, Type: v % 2 ? 'ClusterIP' : 'NodePort' });
 const ep = (v: number): Endpoint => ({ IPs: { V4: [`10.0.0.${v}`] }, ...(v % 3 === 0 ? { Local: true } : {}) });
 
 /** The expected text from a plain model of the content. */

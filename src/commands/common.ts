@@ -5,12 +5,12 @@
  */
 import { hostname } from 'node:os';
 import { Option, type Command } from 'commander';
-import { checkCallout } from '../callout-check.js';
+import { checkCallout } from '../runner/callout-check.js';
 import { compileGlobs, splitGlobList } from '../convert/glob.js';
 import { DEFAULTS, formatDuration } from '../defaults.js';
 import { CalloutError, usageError } from '../errors.js';
 import { createLogger } from '../log.js';
-import { parseDuration, parseHostPort, parseNonEmpty, parseServiceProxyName } from '../options.js';
+import { parseDuration, parseHostPort, parseNonEmpty, parseServiceProxyName, type Address } from '../options.js';
 import type { CliIO, CommonOptions, RunnerFlags, Tool } from '../pipeline.js';
 
 /** Raw values commander collects for the common and runner options (already typed by argParser). */
@@ -21,8 +21,8 @@ export interface CommonFlags {
   logFormat: 'text' | 'json';
   verbose: number;
   quiet: boolean;
-  metricsAddr?: string;
-  healthAddr?: string;
+  metricsAddr?: Address;
+  healthAddr?: Address;
   callout?: string;
   debounce: number;
   maxWait: number;
@@ -41,7 +41,7 @@ export const duration =
 /** An argParser for a listen address; `:PORT` means every interface. */
 const listenAddr =
   (option: string) =>
-  (v: string): string =>
+  (v: string): Address =>
     parseHostPort(option, v, { allowPortZero: true, allowEmptyHost: true });
 
 const d = formatDuration;
@@ -79,8 +79,9 @@ export function addCommonOptions(cmd: Command, tool: Tool, version: string): Com
 export function commonFrom(o: CommonFlags, io: CliIO, tool: Tool): CommonOptions {
   if (o.quiet && o.verbose > 0) throw new CalloutError('usage', '-q (--quiet) and -v (--verbose) exclude each other: pick one');
   if (!o.once && o.onceTimeout > 0) throw new CalloutError('usage', '--once-timeout needs --once');
-  if (o.metricsAddr !== undefined && o.metricsAddr === o.healthAddr) {
-    throw new CalloutError('usage', `--health-addr ${o.healthAddr}: the same address as --metrics-addr, which serves /healthz and /readyz already: drop one or pick another port`);
+  // Port 0 asks for a free port each: never the same.
+  if (o.metricsAddr !== undefined && o.metricsAddr.text === o.healthAddr?.text && !o.metricsAddr.text.endsWith(':0')) {
+    throw new CalloutError('usage', `--health-addr ${o.metricsAddr.text}: the same address as --metrics-addr, which serves /healthz and /readyz already: drop one or pick another port`);
   }
   const verbosity = o.quiet ? -1 : o.verbose;
   const logger = createLogger({ name: tool, format: o.logFormat, verbosity, write: (l) => void io.stderr.write(l) });
@@ -91,8 +92,8 @@ export function commonFrom(o: CommonFlags, io: CliIO, tool: Tool): CommonOptions
     verbosity,
     logFormat: o.logFormat,
     logger,
-    ...(o.metricsAddr !== undefined ? { metricsAddr: o.metricsAddr } : {}),
-    ...(o.healthAddr !== undefined ? { healthAddr: o.healthAddr } : {}),
+    metricsAddr: o.metricsAddr,
+    healthAddr: o.healthAddr,
   };
 }
 
@@ -151,8 +152,8 @@ export function serviceFilterFrom(o: ServiceFilterFlags) {
   const labels = globs('--with-service-labels', o.withServiceLabels);
   const annotations = globs('--with-service-annotations', o.withServiceAnnotations);
   return {
-    ...(o.serviceProxyName !== undefined ? { serviceProxyName: o.serviceProxyName } : {}),
-    ...(labels ? { labels } : {}),
-    ...(annotations ? { annotations } : {}),
+    serviceProxyName: o.serviceProxyName,
+    labels,
+    annotations,
   };
 }

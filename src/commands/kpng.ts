@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { Option, type Command } from 'commander';
 import { DEFAULTS, formatDuration, formatSize } from '../defaults.js';
 import { CalloutError, usageError } from '../errors.js';
-import { parseHostPort, parseSize } from '../options.js';
+import { parseHostPort, parseSize, type Address } from '../options.js';
 import type { CommonOptions } from '../pipeline.js';
 import type { Source } from '../source.js';
 import { createKpngSource } from '../sources/kpng.js';
@@ -14,7 +14,7 @@ import { duration } from './common.js';
 
 /** Raw values of the kpng options (typed by argParser). */
 export interface KpngFlags {
-  api: string;
+  api: Address;
   errorDelay: number;
   maxMsgSize: number;
   tlsCa?: string;
@@ -25,7 +25,11 @@ export interface KpngFlags {
 /** Adds the kpng source's options to the root command. */
 export function addKpngOptions(cmd: Command): Command {
   return cmd
-    .option('--api <host:port>', 'kpng controller API address (or unix:PATH)', (v: string) => parseHostPort('--api', v), DEFAULTS.api)
+    .addOption(
+      new Option('--api <host:port>', 'kpng controller API address (or unix:PATH)')
+        .argParser((v: string) => parseHostPort('--api', v))
+        .default(parseHostPort('--api', DEFAULTS.api), DEFAULTS.api),
+    )
     .addOption(new Option('--error-delay <duration>', 'wait before reconnecting after a stream error').argParser(duration('--error-delay')).default(DEFAULTS.errorDelayMs, formatDuration(DEFAULTS.errorDelayMs)))
     .addOption(
       new Option('--max-msg-size <bytes>', 'largest gRPC message accepted (e.g. 4MiB)')
@@ -55,18 +59,18 @@ export function kpngSourceFrom(o: KpngFlags, common: CommonOptions): Source {
   const anyTls = o.tlsCa !== undefined || o.tlsCrt !== undefined;
   const tls = anyTls
     ? {
-        ...(o.tlsCa !== undefined ? { ca: readOptFile('--tls-ca', o.tlsCa) } : {}),
-        ...(o.tlsCrt !== undefined ? { cert: readOptFile('--tls-crt', o.tlsCrt) } : {}),
-        ...(o.tlsKey !== undefined ? { key: readOptFile('--tls-key', o.tlsKey) } : {}),
+        ca: o.tlsCa !== undefined ? readOptFile('--tls-ca', o.tlsCa) : undefined,
+        cert: o.tlsCrt !== undefined ? readOptFile('--tls-crt', o.tlsCrt) : undefined,
+        key: o.tlsKey !== undefined ? readOptFile('--tls-key', o.tlsKey) : undefined,
       }
     : undefined;
   return createKpngSource({
-    api: o.api,
+    api: o.api.text,
     nodeName: common.nodeName,
     once: common.once,
     errorDelayMs: o.errorDelay,
     maxMsgSize: o.maxMsgSize,
-    ...(tls ? { tls } : {}),
+    tls,
     logger: common.logger,
   });
 }

@@ -27,7 +27,7 @@ export function addKubeOptions(cmd: Command): Command {
 export async function kubeSourceFrom(o: KubeFlags, common: CommonOptions, env: NodeJS.ProcessEnv): Promise<Source> {
   const filter = serviceFilterFrom(o);
   const { createKubeSource, loadKubeConfig } = await import('../sources/kube.js');
-  const { kubeConfig, from } = loadKubeConfig({ ...(o.kubeconfig !== undefined ? { kubeconfig: o.kubeconfig } : {}), env });
+  const { kubeConfig, from } = loadKubeConfig({ kubeconfig: o.kubeconfig, env });
   return createKubeSource({
     kubeConfig,
     configFrom: from,

@@ -8,8 +8,6 @@
 
 /** A compiled list of globs: a key is kept when any glob matches it. */
 export interface GlobFilter {
-  /** The globs as given. */
-  readonly globs: readonly string[];
   matches(key: string): boolean;
 }
 
@@ -94,7 +92,7 @@ export function compileGlobs(globs: readonly string[] | undefined): GlobFilter |
     }
   });
   const re = new RegExp('^(?:' + parts.join('|') + ')$', 'u');
-  return { globs: [...globs], matches: (key) => re.test(key) };
+  return { matches: (key) => re.test(key) };
 }
 
 /**

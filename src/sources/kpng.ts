@@ -8,7 +8,8 @@
  *   after a state is pushed, and the runner coalesces;
  * - only complete states are pushed: nothing mid-diff, nothing from a broken
  *   stream; after a failure the source waits `errorDelayMs`, reconnects with
- *   an empty store and pushes again only at the new stream's first `Sync`;
+ *   an empty store and pushes again only at the new stream's first `Sync`
+ *   (the wait is jittered, up to 20% shorter, by src/backoff.ts);
  * - a value that does not decode is logged and skipped, keeping the value held
  *   before (as the reference client does);
  * - a stream failure is warned about when it first happens or changes, the
@@ -16,8 +17,11 @@
  *   createRepeatFilter).
  */
 import { X509Certificate } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
 import { unmarshalService, marshalWatchReq, type OpItem, type Ref } from '../codec.js';
+import { backoffDelay } from '../backoff.js';
+import { DEFAULTS } from '../defaults.js';
 import { CalloutError } from '../errors.js';
 import { createRepeatFilter, silentLogger, type Logger } from '../log.js';
 import { EndpointsSet, ServicesSet } from '../model.js';
@@ -32,54 +36,40 @@ const WATCH_METHOD = '/localv1.Sets/Watch';
 /** TLS material (PEM contents, not paths). TLS is used when any is given. */
 export interface KpngTlsOptions {
   /** CA bundle that verifies the server; the system roots when absent. */
-  ca?: Buffer;
+  ca?: Buffer | undefined;
   /** Client certificate chain, for mutual TLS (needs `key`). */
-  cert?: Buffer;
+  cert?: Buffer | undefined;
   /** Client private key, for mutual TLS (needs `cert`). */
-  key?: Buffer;
+  key?: Buffer | undefined;
 }
 
 /** Options of {@link createKpngSource}. The CLI validates them. */
 export interface KpngSourceOptions {
-  /** `host:port` of the kpng API. Default `127.0.0.1:12090`. */
-  api?: string;
+  /** `host:port` (or `unix:PATH`) of the kpng API. Default {@link DEFAULTS}.api. */
+  api?: string | undefined;
   /** The node whose local state is watched, sent in every `WatchReq`. */
   nodeName: string;
   /** Resolve `run` after the first complete state has been pushed. */
-  once?: boolean;
-  /** Wait after a stream failure before reconnecting (ms). Default 1000. */
-  errorDelayMs?: number;
-  /** Largest message accepted from the server (bytes). Default 4 MiB. */
-  maxMsgSize?: number;
+  once?: boolean | undefined;
+  /** Wait after a stream failure before reconnecting (ms). Default {@link DEFAULTS}.errorDelayMs. */
+  errorDelayMs?: number | undefined;
+  /** Largest message accepted from the server (bytes). Default {@link DEFAULTS}.maxMsgSize. */
+  maxMsgSize?: number | undefined;
   /** TLS (mutual with cert and key) when set with at least one member. */
-  tls?: KpngTlsOptions;
+  tls?: KpngTlsOptions | undefined;
   /** Where log lines go. Default: nowhere. */
-  logger?: Logger;
-  /** Waits `ms` or until `signal` aborts, whichever first (tests may inject). */
-  sleep?: (ms: number, signal: AbortSignal) => Promise<void>;
+  logger?: Logger | undefined;
   /** Millisecond clock of the once-a-minute rule for repeated failures (tests). Default Date.now. */
-  now?: () => number;
+  now?: (() => number) | undefined;
 }
 
-const DEFAULT_API = '127.0.0.1:12090';
-const DEFAULT_MAX_MSG_SIZE = 4 << 20;
 
 /** A stream attempt ended: cleanly (aborted / once satisfied), by failure, or by a bug. */
 type Outcome = { kind: 'done' } | { kind: 'failed'; reason: string; synced: boolean } | { kind: 'fatal'; error: unknown };
 
-function defaultSleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      resolve();
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
+/** Waits `ms`, or less when `signal` aborts. */
+async function pause(ms: number, signal: AbortSignal): Promise<void> {
+  await sleep(ms, undefined, { signal }).catch(() => undefined);
 }
 
 /** `1000` -> `1s`, `250` -> `250ms`, `1500` -> `1.5s`. */
@@ -112,11 +102,10 @@ function setName(set: number): string {
 
 /** Creates the source; nothing happens until `run`. */
 export function createKpngSource(options: KpngSourceOptions): Source {
-  const api = options.api ?? DEFAULT_API;
-  const errorDelayMs = options.errorDelayMs ?? 1000;
-  const maxMsgSize = options.maxMsgSize ?? DEFAULT_MAX_MSG_SIZE;
+  const api = options.api ?? DEFAULTS.api;
+  const errorDelayMs = options.errorDelayMs ?? DEFAULTS.errorDelayMs;
+  const maxMsgSize = options.maxMsgSize ?? DEFAULTS.maxMsgSize;
   const log = options.logger ?? silentLogger;
-  const sleep = options.sleep ?? defaultSleep;
   const request = Buffer.from(marshalWatchReq({ NodeName: options.nodeName }));
   // Logged once per kind for the life of the source: a server sending global
   // sets would otherwise flood the log on every revision.
@@ -197,7 +186,7 @@ export function createKpngSource(options: KpngSourceOptions): Source {
       let reconnects = 0;
       // A server down for an hour must not leave 3600 identical warnings:
       // the same failure is warned about at most once a minute.
-      const repeats = createRepeatFilter(options.now ? { now: options.now } : {});
+      const repeats = createRepeatFilter({ now: options.now });
 
       const status = (s: SourceStatus): void => {
         try {
@@ -291,9 +280,12 @@ export function createKpngSource(options: KpngSourceOptions): Source {
         if (outcome.kind === 'done') return;
         if (outcome.kind === 'fatal') throw outcome.error;
         if (signal.aborted) return;
-        repeats.log(log, 'warn', `stream to ${api} failed: ${outcome.reason}; reconnecting in ${formatDelay(errorDelayMs)}`, undefined, outcome.reason);
+        // --error-delay is the longest wait; jitter (up to 20% less) keeps the
+        // nodes of a remote controller from reconnecting in lockstep.
+        const delay = backoffDelay(0, { minMs: errorDelayMs, maxMs: errorDelayMs });
+        repeats.log(log, 'warn', `stream to ${api} failed: ${outcome.reason}; reconnecting in ${formatDelay(delay)}`, undefined, outcome.reason);
         status({ connected: false, synced: false, reconnects, error: outcome.reason });
-        await sleep(errorDelayMs, signal);
+        await pause(delay, signal);
         if (signal.aborted) return;
         reconnects++;
       }

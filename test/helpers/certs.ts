@@ -3,9 +3,9 @@
  * a CA, a server certificate for 127.0.0.1 and a client certificate.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { tempDir, untilExit, type Owner } from './files.js';
 
 export interface TestCerts {
   dir: string;
@@ -16,7 +16,6 @@ export interface TestCerts {
   clientKey: Buffer;
   /** A second CA, which signed nothing here. */
   otherCa: Buffer;
-  cleanup(): void;
 }
 
 /** Why certificates cannot be made here, or undefined when they can. */
@@ -29,8 +28,9 @@ export function opensslMissing(): string | undefined {
   }
 }
 
-export function makeCerts(): TestCerts {
-  const dir = mkdtempSync(join(tmpdir(), 'kpng-certs-'));
+/** Makes the certificates in a temp dir removed at `owner`'s teardown (default: when the process exits). */
+export function makeCerts(owner: Owner = untilExit): TestCerts {
+  const dir = tempDir(owner, 'kpng-certs-');
   const f = (name: string): string => join(dir, name);
   const ossl = (...args: string[]): void => void execFileSync('openssl', args, { stdio: 'pipe' });
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
@@ -56,6 +56,5 @@ export function makeCerts(): TestCerts {
     serverKey: r('server.key'),
     clientCert: r('client.crt'),
     clientKey: r('client.key'),
-    cleanup: () => rmSync(dir, { recursive: true, force: true }),
   };
 }

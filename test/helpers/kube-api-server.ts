@@ -11,9 +11,9 @@
 import { EventEmitter, once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { tempDir, untilExit } from './files.js';
 
 /** A Kubernetes object as JSON. */
 export type KObject = {
@@ -175,10 +175,20 @@ export class KubeApiServer {
     if (server) await new Promise<void>((r) => server.close(() => r()));
   }
 
-  /** A kubeconfig file (in a fresh temp dir) pointing at this server, with `token` when given. */
+  /**
+   * Takes a free port, writes a kubeconfig for it and stops listening: an API
+   * server that is down when the client starts. `listen(port)` brings it up.
+   */
+  async startDown(): Promise<{ port: number; kubeconfig: string }> {
+    await this.listen();
+    const down = { port: this.port, kubeconfig: this.writeKubeconfig() };
+    await this.close();
+    return down;
+  }
+
+  /** A kubeconfig file (in a fresh temp dir, removed at exit) pointing at this server, with `token` when given. */
   writeKubeconfig(options: { token?: string; url?: string } = {}): string {
-    const dir = mkdtempSync(join(tmpdir(), 'kubeconfig-'));
-    const file = join(dir, 'config');
+    const file = join(tempDir(untilExit, 'kubeconfig-'), 'config');
     writeFileSync(file, kubeconfigText(options.url ?? this.url, options.token));
     return file;
   }

@@ -2,8 +2,8 @@
  * Builders of Kubernetes object JSON for the test API server (as the API
  * server stores them, defaults included), and the blog post's example.
  */
-import { readFileSync } from 'node:fs';
 import { parseAllDocuments } from 'yaml';
+import { blogYaml } from './fixtures.js';
 import type { KObject, Resource } from './kube-api-server.js';
 
 export const PROXY_LABEL = 'service.kubernetes.io/service-proxy-name';
@@ -88,15 +88,13 @@ export function node(name: string, zone?: string): KObject {
   };
 }
 
-const fixtures = new URL('../../fixtures/', import.meta.url);
-
 /**
  * The blog post's example: its Service (as the API server stores it after
  * `kubectl apply`, defaults filled in) and the two EndpointSlices of
  * fixtures/kpng-example.yaml. The local pods run on node vm-002.
  */
 export function blogObjects(): Array<[Resource, KObject]> {
-  const docs = parseAllDocuments(readFileSync(new URL('kpng-example.yaml', fixtures), 'utf8')).map((d) => d.toJS() as KObject);
+  const docs = parseAllDocuments(blogYaml).map((d) => d.toJS() as KObject);
   return docs.map((d): [Resource, KObject] => {
     if (d.kind !== 'Service') return ['endpointslices', d];
     const spec = d.spec as Record<string, unknown>;
@@ -120,7 +118,3 @@ export function blogObjects(): Array<[Resource, KObject]> {
   });
 }
 
-/** The blog's state, as today's kpng prints it (one line). */
-export function blogState(): string {
-  return readFileSync(new URL('kpng-example.jsonl', fixtures), 'utf8');
-}

@@ -3,6 +3,7 @@
  * listens (from its log line), /metrics samples, /healthz and /readyz.
  */
 import type { BinProcess } from './bin-process.js';
+import { pollUntil, WAIT_MS } from './wait.js';
 
 /** The base URL the bin logged (`serving /metrics, /healthz and /readyz on http://...`). */
 export async function metricsBase(p: BinProcess): Promise<string> {
@@ -30,12 +31,15 @@ export async function check(base: string, path: '/healthz' | '/readyz'): Promise
 }
 
 /** Polls until `pred` holds for a scrape (a guard against hangs, not a timing assertion). */
-export async function scrapeUntil(base: string, pred: (m: Map<string, number>) => boolean, what: string, ms = 30_000): Promise<Map<string, number>> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const m = await scrape(base);
-    if (pred(m)) return m;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for metrics: ${what}; last: ${JSON.stringify([...m].filter(([k]) => k.startsWith('kpng_')))}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
+export async function scrapeUntil(base: string, pred: (m: Map<string, number>) => boolean, what: string, ms = WAIT_MS): Promise<Map<string, number>> {
+  let last = new Map<string, number>();
+  return pollUntil(
+    async () => {
+      last = await scrape(base);
+      return pred(last) && last;
+    },
+    () => `metrics: ${what}; last: ${JSON.stringify([...last].filter(([k]) => k.startsWith('kpng_')))}`,
+    ms,
+    25,
+  );
 }

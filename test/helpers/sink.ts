@@ -1,25 +1,12 @@
 /**
  * Test doubles that are real parts: a StateSink that records what a source
- * pushes, a Logger (the real one) writing into an array, and a guard that
- * turns a lost event into a quick failure instead of a tap timeout.
+ * pushes, and a Logger (the real one) writing into an array.
  */
 import { EventEmitter, once } from 'node:events';
 import { createLogger, type Logger } from '../../src/log.js';
 import type { SourceStatus, StateSink } from '../../src/source.js';
 import { stateText, type State } from '../../src/state.js';
-
-/** Rejects with `what` when `p` takes longer than `ms`. */
-export async function within<T>(p: Promise<T>, what: string, ms = 8000): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const guard = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms}ms ${what}`)), ms);
-  });
-  try {
-    return await Promise.race([p, guard]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
+import { within } from './wait.js';
 
 export interface RecordingSink extends StateSink {
   readonly states: State[];

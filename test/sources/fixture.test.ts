@@ -2,22 +2,18 @@
  * Fixture reading (src/sources/fixture.ts): every input form gives the same
  * canonical state, and bad input gives `file:line:col: reason`.
  */
-import { readFileSync } from 'node:fs';
 import t from 'tap';
 import { CalloutError } from '../../src/errors.js';
 import { fixtureText, parseFixture, type FixtureOptions } from '../../src/sources/fixture.js';
 import { stateText } from '../../src/state.js';
+import { blogJsonl, blogView, blogYaml } from '../helpers/fixtures.js';
 import { captureLog } from '../helpers/sink.js';
 
-const blogYaml = readFileSync(new URL('../../fixtures/kpng-example.yaml', import.meta.url), 'utf8');
-const blogJsonl = readFileSync(new URL('../../fixtures/kpng-example.jsonl', import.meta.url), 'utf8');
-const blogOpts: FixtureOptions = { nodeName: 'vm-002', serviceProxyName: 'kpng-example' };
-
-const parse = (text: string, file: string, opts: Partial<FixtureOptions> = {}) => stateText(parseFixture(text, file, { ...blogOpts, ...opts }));
+const parse = (text: string, file: string, opts: Partial<FixtureOptions> = {}) => stateText(parseFixture(text, file, { ...blogView, ...opts }));
 
 function errorOf(text: string, file: string, opts: Partial<FixtureOptions> = {}): string {
   try {
-    parseFixture(text, file, { ...blogOpts, ...opts });
+    parseFixture(text, file, { ...blogView, ...opts });
   } catch (err) {
     if (err instanceof CalloutError && err.code === 'input') return err.message;
     throw err;
@@ -122,22 +118,22 @@ t.test('bad input: file, line, column and reason', async (t) => {
   t.equal(errorOf('a: *nope\n', 'alias.yaml'), 'alias.yaml:1:1: Unresolved alias (the anchor must be set before the alias): nope');
   // NDJSON: the line of the bad item, the column in it.
   const lines = two.split('\n');
-  t.equal(errorOf(`${lines[0]}\n\n{"Service":{"Name":"x",}}\n`, 'fixtures/bad.jsonl'), "fixtures/bad.jsonl:3:24: unexpected '}' after ',' (trailing comma)");
-  t.equal(errorOf(`${lines[0]}\n{"Service":{"Name":"x","Ports":[{"Port":"80"}]}}\n`, 'p.jsonl'), 'p.jsonl:2:41: Service.Ports[0].Port: expected a 32-bit integer, got "80"');
+  t.equal(errorOf(`${lines[0]}\n\n{"Service":{"Name":"x",}}\n`, 'fixtures/bad.jsonl'), "fixtures/bad.jsonl:3:24: Expected double-quoted property name in JSON");
+  t.equal(errorOf(`${lines[0]}\n{"Service":{"Name":"x","Ports":[{"Port":"80"}]}}\n`, 'p.jsonl'), 'p.jsonl:2:41: Service.Ports[0].Port: expected an integer, got "80"');
   t.equal(errorOf('{"Service":{"Name":"x","Lables":{}}}\n', 'typo.jsonl'), 'typo.jsonl:1:33: Service.Lables: unknown field "Lables" (expected one of Namespace, Name, Type, Labels, Annotations, IPs, IPFilters, MapIP, Ports, ExternalTrafficToLocal, SessionAffinity, InternalTrafficToLocal, HealthCheckNodePort)');
   t.equal(errorOf('{"Endpoints":null}\n{"Service":{"Name":"x"}}\n', 'nosvc.jsonl'), 'nosvc.jsonl:1:1: Service: missing Service');
   t.equal(errorOf('{"Service":{"Name":"x"},"Endpoints":[null]}\n', 'null.jsonl'), 'null.jsonl:1:38: Endpoints[0]: expected an endpoint, got null');
   t.equal(errorOf('{"Service":{"Namespace":"a"}}\n', 'n.jsonl'), 'n.jsonl:1:12: Service.Name: missing Service name');
-  t.equal(errorOf('not json\n', 'x.jsonl'), "x.jsonl:1:1: unexpected 'n', expected a value");
+  t.equal(errorOf('not json\n', 'x.jsonl'), "x.jsonl:1:2: Unexpected token 'o' in JSON");
   // A JSON document: line and column in it.
-  t.equal(errorOf('[\n  {"Service": {"Name": "a"}},\n  {"Service": {"Name": "b"}\n]\n', 'items.json'), "items.json:4:1: unexpected ']', expected ',' or '}'");
+  t.equal(errorOf('[\n  {"Service": {"Name": "a"}},\n  {"Service": {"Name": "b"}\n]\n', 'items.json'), "items.json:4:1: Expected ',' or '}' after property value in JSON");
   t.equal(errorOf('{\n  "kind": "List",\n  "items": [\n    {"kind": "Service", "apiVersion": "v1", "metadata": {"name": 7}}\n  ]\n}\n', 'list.json'), 'list.json:4:66: metadata.name: expected a string, got 7');
   t.equal(errorOf('{"kind": "List", "items": {}}', 'l.json'), 'l.json:1:27: items: expected a list');
-  t.equal(errorOf('{"a": "\u0001"}', 'ctl.json'), 'ctl.json:1:8: character U+0001 in string (escape it)');
-  t.equal(errorOf('[1, 2', 'eof.json'), 'eof.json:1:6: unexpected end of input, expected \',\' or \']\'');
-  t.equal(errorOf('{"a": 01}', 'num.json'), 'num.json:1:8: invalid number');
-  t.equal(errorOf('nope', 'word.json'), "word.json:1:1: unexpected 'n', expected a value");
-  t.equal(errorOf(`${lines[0]}\n- {kind: Service}\n`, 'mixed.json'), "mixed.json:2:1: unexpected '-', expected a value");
+  t.equal(errorOf('{"a": "\u0001"}', 'ctl.json'), 'ctl.json:1:8: Bad control character in string literal in JSON');
+  t.equal(errorOf('[1, 2', 'eof.json'), "eof.json:1:6: Expected ',' or ']' after array element in JSON");
+  t.equal(errorOf('{"a": 01}', 'num.json'), 'num.json:1:8: Unexpected number in JSON');
+  t.equal(errorOf('nope', 'word.json'), "word.json:1:2: Unexpected token 'o' in JSON");
+  t.equal(errorOf(`${lines[0]}\n- {kind: Service}\n`, 'mixed.json'), "mixed.json:2:2: No number after minus sign in JSON");
   t.equal(errorOf(`${two}{"apiVersion":"v1","kind":"Service","metadata":{"name":"x"}}\n`, 'mix.jsonl'), 'mix.jsonl:1:1: a kpng-json item ({"Service":…}) among Kubernetes objects: a fixture is either kpng-json output or manifests');
 });
 

@@ -3,11 +3,14 @@
  * a list/watch server on loopback (test/helpers/kube-api-server.ts).
  */
 import t, { type Test } from 'tap';
-import { createKubeSource, loadKubeConfig, type KubeSourceOptions } from '../../src/sources/kube.js';
+import { parseServiceProxyName } from '../../src/options.js';
+import { createKubeSource, loadKubeConfig, serviceLabelSelector, type KubeSourceOptions } from '../../src/sources/kube.js';
 import { stateText, type State } from '../../src/state.js';
 import { KubeApiServer, type KObject } from '../helpers/kube-api-server.js';
-import { blogObjects, blogState, node, service, slice } from '../helpers/kube-objects.js';
-import { captureLog, recordingSink, within, type RecordingSink } from '../helpers/sink.js';
+import { blogJsonl, blogView } from '../helpers/fixtures.js';
+import { blogObjects, node, service, slice } from '../helpers/kube-objects.js';
+import { captureLog, recordingSink, type RecordingSink } from '../helpers/sink.js';
+import { within } from '../helpers/wait.js';
 
 interface Line {
   Service: { Namespace: string; Name: string; [k: string]: unknown };
@@ -65,12 +68,12 @@ async function setup(
   const source = createKubeSource({
     kubeConfig,
     nodeName: o.nodeName ?? 'node-a',
-    ...(o.serviceProxyName !== undefined ? { serviceProxyName: o.serviceProxyName } : {}),
+    serviceProxyName: o.serviceProxyName,
     logger: log.logger,
     backoff: { minMs: 20, maxMs: 200 },
-    ...(o.watchTimeoutSeconds !== undefined ? { watchTimeoutSeconds: o.watchTimeoutSeconds } : {}),
-    ...(o.once !== undefined ? { once: o.once } : {}),
-    ...(o.now !== undefined ? { now: o.now } : {}),
+    watchTimeoutSeconds: o.watchTimeoutSeconds,
+    once: o.once,
+    now: o.now,
   });
   const done = source.run(sink, ac.signal);
   t.teardown(async () => {
@@ -82,10 +85,10 @@ async function setup(
 }
 
 t.test('the blog example: the state of the node that hosts the local pods', async (t) => {
-  const { sink, srv } = await setup(t, { objects: [...blogObjects(), ['nodes', node('vm-002')]], nodeName: 'vm-002', serviceProxyName: 'kpng-example' });
+  const { sink, srv } = await setup(t, { objects: [...blogObjects(), ['nodes', node(blogView.nodeName)]], ...blogView });
   const rv = srv.resourceVersion;
   const s = await within(sink.waitForStates(1), 'first state');
-  t.equal(stateText(s), blogState());
+  t.equal(stateText(s), blogJsonl);
   // Lists carry the selectors; watches resume from the list's resourceVersion and ask for bookmarks.
   const svcList = srv.requests.find((r) => r.path === '/api/v1/services' && !r.watch);
   t.equal(svcList?.query.labelSelector, 'service.kubernetes.io/service-proxy-name=kpng-example,!service.kubernetes.io/headless');
@@ -288,25 +291,32 @@ t.test('410 Gone re-lists; a re-list is never seen half-applied', async (t) => {
 
 t.test('API down at start: one line per attempt, repeats once a minute; nothing pushed before every list completed', async (t) => {
   const srv = new KubeApiServer();
-  await srv.listen();
-  const port = srv.port;
-  const kubeconfig = srv.writeKubeconfig();
-  await srv.close();
+  const { port, kubeconfig } = await srv.startDown();
   srv.add('services', service('web'));
   srv.add('endpointslices', slice('web-a', 'web', [{ ip: '10.6.0.1' }]));
   let clock = 1_000_000;
   const { sink, log } = await setup(t, { srv, listen: false, kubeconfig, now: () => clock });
-  // Retried with backoff (20, 40, 80 ms...) until the server is back.
-  await within(log.waitFor(/; retrying in 80ms/), 'third attempt');
+  // Retried with backoff (20, 40, 80 ms... each ±20%) until the server is back:
+  // 64..96 ms is the third attempt's delay, and no other's.
+  await within(log.waitFor(/; retrying in (6[4-9]|[78]\d|9[0-6])ms /), 'third attempt');
   // One line per attempt naming the three lists (not one per resource): the
   // first an error, the same failure again at debug level.
   const unreachable = 'cannot reach the Kubernetes API server http://127.0.0.1:PORT: connection refused (ECONNREFUSED; list services, list endpointslices.discovery.k8s.io, list nodes)';
   const attempts = (): string[] => log.matching(/cannot reach/).map((l) => l.replace(/127\.0\.0\.1:\d+/, '127.0.0.1:PORT'));
-  t.same(attempts().slice(0, 3), [
-    `kpng-callout error: ${unreachable}; retrying in 20ms waiting="initial list"`,
-    `kpng-callout debug: ${unreachable}; retrying in 40ms waiting="initial list"`,
-    `kpng-callout debug: ${unreachable}; retrying in 80ms waiting="initial list"`,
-  ]);
+  const first3 = attempts().slice(0, 3);
+  t.same(
+    first3.map((l) => l.replace(/retrying in \d+ms/, 'retrying in Nms')),
+    [
+      `kpng-callout error: ${unreachable}; retrying in Nms waiting="initial list"`,
+      `kpng-callout debug: ${unreachable}; retrying in Nms waiting="initial list"`,
+      `kpng-callout debug: ${unreachable}; retrying in Nms waiting="initial list"`,
+    ],
+  );
+  first3.forEach((l, i) => {
+    const delay = Number(/retrying in (\d+)ms/.exec(l)?.[1]);
+    const base = 20 * 2 ** i;
+    t.ok(delay >= base * 0.8 && delay <= base * 1.2, `attempt ${i + 1}: ${delay}ms is ${base}ms ±20%`);
+  });
   // A minute later the same failure is an error again, with how often it repeated meanwhile.
   clock += 60_000;
   const again = await within(log.waitFor(/error: cannot reach .* repeated=\d+$/), 'the repeat a minute later');
@@ -407,4 +417,11 @@ t.test('--once: stops after the first state', async (t) => {
   await within(done, 'run resolves');
   t.equal(sink.states.length, 1);
   await within(srv.waitForWatchCount(0), 'watches closed');
+});
+
+t.test('the Services label selector kpng used; --service-proxy-name must be a label value', async (t) => {
+  t.equal(serviceLabelSelector('kpng-example'), 'service.kubernetes.io/service-proxy-name=kpng-example,!service.kubernetes.io/headless');
+  t.equal(serviceLabelSelector(), '!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless');
+  t.equal(parseServiceProxyName('--service-proxy-name', 'kpng-example'), 'kpng-example');
+  for (const bad of ['', '-x', 'x-', 'a b', 'a/b', 'x'.repeat(64)]) t.throws(() => parseServiceProxyName('--service-proxy-name', bad), { code: 'usage' }, JSON.stringify(bad));
 });

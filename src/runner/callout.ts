@@ -1,0 +1,73 @@
+/**
+ * The seam between the scheduler and the callout. The scheduler decides
+ * *when* a state runs (debounce, coalescing, retry, one at a time) and hands
+ * it to a `Callout`, which decides *how*: today one process per run
+ * (`CalloutProcess`); a long-lived process fed one frame per state is a second
+ * implementation of the same interface, with the scheduler unchanged.
+ * Types only.
+ */
+import type { State } from '../state.js';
+
+/** How a run ended. */
+export type RunStatus = 'ok' | 'failed' | 'timeout' | 'signal' | 'spawn-error' | 'skipped';
+
+/** Outcome of one run. */
+export interface RunResult {
+  /** Run number (1-based, also KPNG_CALLOUT_RUN); 0 for a run that never started. */
+  run: number;
+  result: RunStatus;
+  /** Exit status, when the callout exited by itself. */
+  exitCode?: number;
+  /** Signal that ended the callout (ours on timeout/stop, or another). */
+  signal?: string;
+  durationMs: number;
+  /** Last lines of the callout's stderr (about 10 lines / 2 KB). */
+  stderrTail?: string;
+  /** One-line description of a failure (also logged); set on every result but `ok`. */
+  message?: string;
+  /** errno code of a spawn error (ENOENT, EACCES, ...). */
+  errorCode?: string;
+  /**
+   * Processes still running in the callout's process group after it exited
+   * (background processes it started), which were then killed.
+   */
+  leftoverPids?: number[];
+  /** We ended it (stop, kill): not the callout's failure, so not logged as one. */
+  stopped?: boolean;
+}
+
+/** Why a run started. */
+export type RunReason = 'change' | 'retry' | 'resync' | 'now';
+
+/** One state to hand to the callout. */
+export interface RunRequest {
+  /** Run number, from 1 (KPNG_CALLOUT_RUN). */
+  run: number;
+  state: State;
+  /** Why it runs: a callout fed change sets sends a resync as a full state. */
+  reason: RunReason;
+}
+
+/** A run in flight. */
+export interface InFlight {
+  readonly run: number;
+  /** Resolves (never rejects) once the run is over and nothing it started is left running. */
+  readonly done: Promise<RunResult>;
+  /** We are stopping: SIGTERM now, SIGKILL after the kill grace; the result is `stopped`. */
+  terminate(): void;
+  /** SIGKILL now (the result is `stopped`). */
+  kill(): void;
+}
+
+/** Hands states to the callout. The scheduler never starts a run while another is in flight. */
+export interface Callout {
+  start(request: RunRequest): InFlight;
+  /**
+   * The runner stops: end whatever outlives a run (a persistent process: its
+   * stdin closed and its exit awaited; with `kill`, SIGKILLed at once). Called
+   * with `graceful` by stop() once the last run is over, with `kill` by
+   * kill() at once (a run in flight is also killed through its handle);
+   * either may follow the other. A process per run has nothing left.
+   */
+  close(how: 'graceful' | 'kill'): Promise<void>;
+}

@@ -1,0 +1,393 @@
+/**
+ * The scheduler: turns a stream of complete `State`s into runs of a `Callout`,
+ * and decides nothing about processes (kube-proxy's BoundedFrequencyRunner
+ * and consul-template's quiescence keep this apart from the work the same way).
+ *
+ * - One run at a time; states arriving during a run coalesce into one following
+ *   run with the newest state.
+ * - Debounce (`debounceMs` of quiet, bounded by `maxWaitMs` from the first
+ *   pending change: `debounceDue`).
+ * - Skips a run whose input equals the last run's input when that run succeeded;
+ *   `resyncPeriodMs` forces a periodic re-run anyway.
+ * - Failures are retried with the jittered `backoffDelay`; a newer state
+ *   supersedes a pending retry.
+ * - `runNow` (one-shot path) queues ahead of debounced states.
+ *
+ * Pure: time comes from the injected clock and timers, runs from the injected
+ * `Callout`, so every rule here is tested on a fake clock with a fake callout.
+ */
+import { backoffDelay } from '../backoff.js';
+import { debounceDue } from '../debounce.js';
+import { DEFAULTS } from '../defaults.js';
+import { silentLogger, type Logger } from '../log.js';
+import { sameState, type State } from '../state.js';
+import type { Callout, InFlight, RunReason, RunResult } from './callout.js';
+
+/** Timer functions, injectable for tests (method syntax so the Node globals fit). */
+export interface Timers {
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+/**
+ * Runner events, for metrics. `at` is `now()` when the event happened;
+ * `pendingSince` is when the state that runs first became pending (a burst of
+ * coalesced changes counts from its first change).
+ */
+export type RunnerEvent =
+  | { type: 'pending-changed'; pending: boolean; pendingSince?: number | undefined; at: number }
+  | { type: 'run-started'; run: number; reason: RunReason; pendingSince?: number | undefined; at: number; services: number; bytes: number }
+  | ({ type: 'run-finished'; reason: RunReason; pendingSince?: number | undefined; at: number } & RunResult)
+  | { type: 'run-skipped'; reason: RunReason; pendingSince?: number | undefined; at: number }
+  | { type: 'retry-scheduled'; run: number; attempt: number; delayMs: number; at: number };
+
+/** Options of a `Scheduler`. Durations are in milliseconds; defaults from `DEFAULTS`. */
+export interface SchedulerOptions {
+  /** What runs the states. */
+  callout: Callout;
+  /** Quiet time after the last change before a run; 0 runs at once. */
+  debounceMs?: number | undefined;
+  /** Upper bound from the first pending change to the run. */
+  maxWaitMs?: number | undefined;
+  /** How long `stop()` lets a run in flight finish before terminating it (by default). */
+  killGraceMs?: number | undefined;
+  /** Re-run the newest state this long after the last run even if identical (0 = off). */
+  resyncPeriodMs?: number | undefined;
+  /** First retry delay after a failure, doubling with jitter... */
+  retryMinMs?: number | undefined;
+  /** ...up to this cap. */
+  retryMaxMs?: number | undefined;
+  /** Our own log lines (default: silent). */
+  logger?: Logger | undefined;
+  /** Millisecond clock for event times (default Date.now). */
+  now?: (() => number) | undefined;
+  /** Timer functions (default the Node globals). */
+  timers?: Timers | undefined;
+  /** Observer of runner events (metrics). Must not throw. */
+  onEvent?: ((e: RunnerEvent) => void) | undefined;
+  /** Random source in [0,1) for the retry jitter (default Math.random). */
+  random?: (() => number) | undefined;
+}
+
+interface NowRequest {
+  state: State;
+  since: number;
+  resolve: (r: RunResult) => void;
+}
+
+const nodeTimers: Timers = { setTimeout: (fn, ms) => setTimeout(fn, ms), clearTimeout: (h) => clearTimeout(h as NodeJS.Timeout) };
+
+/** The result of a `runNow` that never ran because the runner stopped. */
+const NOT_RUN: Readonly<RunResult> = { run: 0, result: 'skipped', durationMs: 0, message: 'runner stopped' };
+
+/**
+ * Runs the callout for states. `submit` is the daemon path (debounced,
+ * coalesced, skip-identical, retried); `runNow` is the one-shot path.
+ */
+export class Scheduler {
+  private readonly callout: Callout;
+  private readonly debounceMs: number;
+  private readonly maxWaitMs: number;
+  private readonly killGraceMs: number;
+  private readonly resyncPeriodMs: number;
+  private readonly retry: { minMs: number; maxMs: number };
+  private readonly log: Logger;
+  private readonly now: () => number;
+  private readonly timers: Timers;
+  private readonly onEvent: ((e: RunnerEvent) => void) | undefined;
+  private readonly random: () => number;
+
+  /** Newest state waiting to run (daemon path). */
+  private pending: State | undefined;
+  private pendingSince: number | undefined;
+  private pendingReason: RunReason = 'change';
+  private pendingDueAt = 0;
+  /** The next pending run must not be skipped (a resync fell due meanwhile). */
+  private force = false;
+  private wakeTimer: unknown;
+  private retryTimer: unknown;
+  private resyncTimer: unknown;
+  /** Consecutive failures: the backoff exponent; reset by a success only. */
+  private attempt = 0;
+  /** Input of the last run, if that run succeeded (the skip-identical baseline). */
+  private lastOk: State | undefined;
+  /** Newest state seen (resync and retry run it). */
+  private latest: State | undefined;
+  private current: InFlight | undefined;
+  private readonly nowQueue: NowRequest[] = [];
+  private idleWaiters: Array<() => void> = [];
+  private runCounter = 0;
+  private stopped = false;
+  private stopping: Promise<void> | undefined;
+
+  constructor(options: SchedulerOptions) {
+    this.callout = options.callout;
+    this.debounceMs = Math.max(0, options.debounceMs ?? DEFAULTS.debounceMs);
+    this.maxWaitMs = Math.max(0, options.maxWaitMs ?? DEFAULTS.maxWaitMs);
+    this.killGraceMs = Math.max(0, options.killGraceMs ?? DEFAULTS.killGraceMs);
+    this.resyncPeriodMs = Math.max(0, options.resyncPeriodMs ?? DEFAULTS.resyncPeriodMs);
+    const minMs = Math.max(1, options.retryMinMs ?? DEFAULTS.retryMinMs);
+    this.retry = { minMs, maxMs: Math.max(minMs, options.retryMaxMs ?? DEFAULTS.retryMaxMs) };
+    this.log = options.logger ?? silentLogger;
+    this.now = options.now ?? Date.now;
+    this.timers = options.timers ?? nodeTimers;
+    this.onEvent = options.onEvent;
+    this.random = options.random ?? Math.random;
+  }
+
+  /**
+   * Daemon path: the state runs after the debounce, coalesced with any later
+   * state, after the in-flight run, unless identical to the last successful
+   * run's input. Ignored after stop().
+   */
+  submit(state: State): void {
+    if (this.stopped) {
+      this.log.debug('runner stopped: state ignored');
+      return;
+    }
+    const t = this.now();
+    this.latest = state;
+    this.clearRetry(); // a newer state supersedes a pending retry
+    if (this.pending === undefined) this.pendingSince = t;
+    this.pending = state;
+    this.pendingReason = 'change';
+    this.pendingDueAt = debounceDue(this.pendingSince ?? t, t, this.debounceMs, this.maxWaitMs);
+    this.emit({ type: 'pending-changed', pending: true, pendingSince: this.pendingSince, at: t });
+    this.schedule();
+  }
+
+  /**
+   * Runs `state` once, after any in-flight run (before debounced ones): no
+   * debounce, no skip-identical, no retry. After stop() it resolves at once
+   * with result `skipped` (run 0), as do requests still queued at stop().
+   */
+  runNow(state: State): Promise<RunResult> {
+    if (this.stopped) return Promise.resolve({ ...NOT_RUN });
+    this.latest = state;
+    return new Promise((resolve) => {
+      this.nowQueue.push({ state, since: this.now(), resolve });
+      this.schedule();
+    });
+  }
+
+  /**
+   * Resolves when nothing is running, nothing waits for its debounce and no
+   * runNow is queued. A scheduled retry (and the resync timer) does not count:
+   * a callout that keeps failing must not keep a finite replay from ending
+   * (the `run-finished` events and `runNow`'s results tell how runs ended).
+   */
+  idle(): Promise<void> {
+    if (this.isIdle()) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /**
+   * Stops accepting states, cancels the pending debounce, retry and resync, lets
+   * an in-flight run finish within `graceMs` (default killGraceMs), then
+   * terminates it (SIGTERM, SIGKILL killGraceMs later), then closes the
+   * callout. Resolves when the run is over and nothing of it is left running.
+   */
+  stop(graceMs?: number): Promise<void> {
+    if (this.stopping) return this.stopping;
+    this.shutdown();
+    const cur = this.current;
+    this.stopping = (async () => {
+      if (cur) {
+        const grace = Math.max(0, graceMs ?? this.killGraceMs);
+        this.log.debug('waiting for the running callout', { run: cur.run, graceMs: grace });
+        const t = this.timers.setTimeout(() => {
+          this.log.info('stopping: terminating the running callout', { run: cur.run });
+          cur.terminate();
+        }, grace);
+        await cur.done;
+        this.timers.clearTimeout(t);
+      }
+      await this.callout.close('graceful');
+      this.checkIdle();
+    })();
+    return this.stopping;
+  }
+
+  /**
+   * Immediately SIGKILLs the in-flight run, background processes included
+   * (and stops the runner). `idle()` and `stop()` resolve once the kill is
+   * confirmed (bounded).
+   */
+  kill(): void {
+    this.shutdown();
+    if (this.current) {
+      this.log.info('killing the running callout', { run: this.current.run });
+      this.current.kill();
+    }
+    void this.callout.close('kill');
+  }
+
+  // --- state ----------------------------------------------------------------
+
+  private shutdown(): void {
+    this.stopped = true;
+    this.clearWake();
+    this.clearRetry();
+    if (this.resyncTimer !== undefined) this.timers.clearTimeout(this.resyncTimer);
+    this.resyncTimer = undefined;
+    if (this.pending !== undefined) {
+      this.pending = undefined;
+      this.pendingSince = undefined;
+      this.emit({ type: 'pending-changed', pending: false, at: this.now() });
+    }
+    for (const q of this.nowQueue.splice(0)) q.resolve({ ...NOT_RUN });
+    this.checkIdle();
+  }
+
+  private isIdle(): boolean {
+    return this.current === undefined && this.pending === undefined && this.nowQueue.length === 0;
+  }
+
+  private checkIdle(): void {
+    if (!this.isIdle() || this.idleWaiters.length === 0) return;
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const w of waiters) w();
+  }
+
+  private clearWake(): void {
+    if (this.wakeTimer !== undefined) this.timers.clearTimeout(this.wakeTimer);
+    this.wakeTimer = undefined;
+  }
+
+  private clearRetry(): void {
+    if (this.retryTimer !== undefined) this.timers.clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+  }
+
+  private emit(e: RunnerEvent): void {
+    if (!this.onEvent) return;
+    try {
+      this.onEvent(e);
+    } catch (err) {
+      this.log.debug('runner event observer threw', { error: String(err) });
+    }
+  }
+
+  // --- scheduling -----------------------------------------------------------
+
+  /** Starts the next run if one is due, or arms the debounce timer. */
+  private schedule(): void {
+    this.clearWake();
+    if (this.current || this.stopped) return; // the end of the current run schedules again
+    const req = this.nowQueue.shift();
+    if (req) {
+      this.launch(req.state, 'now', req.since, (r) => {
+        if (r.result === 'ok') this.clearRetry(); // the newest state was applied
+        req.resolve(r);
+      });
+      return;
+    }
+    if (this.pending === undefined) {
+      this.checkIdle();
+      return;
+    }
+    const delay = this.pendingDueAt - this.now();
+    if (delay <= 0) this.startPending();
+    else
+      this.wakeTimer = this.timers.setTimeout(() => {
+        this.wakeTimer = undefined;
+        // Only the latest armed timer can fire; trust it even if the clock says a hair early.
+        if (!this.current && !this.stopped && this.pending !== undefined) this.startPending();
+      }, delay);
+  }
+
+  private startPending(): void {
+    const state = this.pending!;
+    const since = this.pendingSince;
+    const reason = this.pendingReason;
+    const force = this.force || reason !== 'change';
+    this.pending = undefined;
+    this.pendingSince = undefined;
+    this.pendingReason = 'change';
+    this.force = false;
+    const at = this.now();
+    this.emit({ type: 'pending-changed', pending: false, at });
+    if (!force && this.lastOk !== undefined && sameState(state, this.lastOk)) {
+      this.log.debug('callout run skipped: state unchanged since the last successful run', {
+        services: state.services,
+        bytes: state.bytes,
+      });
+      this.emit({ type: 'run-skipped', reason, pendingSince: since, at });
+      this.checkIdle();
+      return;
+    }
+    this.launch(state, reason, since, (r) => {
+      if (r.result !== 'ok' && !this.stopped && this.pending === undefined) this.scheduleRetry(r);
+    });
+  }
+
+  private scheduleRetry(failed: RunResult): void {
+    const delay = backoffDelay(this.attempt, this.retry, this.random);
+    this.attempt++;
+    this.log.info(`retrying the callout in ${delay}ms`, { run: failed.run, attempt: this.attempt, delayMs: delay });
+    this.emit({ type: 'retry-scheduled', run: failed.run, attempt: this.attempt, delayMs: delay, at: this.now() });
+    this.retryTimer = this.timers.setTimeout(() => {
+      this.retryTimer = undefined;
+      if (this.stopped || this.latest === undefined) return;
+      this.setPendingNow(this.latest, 'retry');
+    }, delay);
+  }
+
+  private armResync(): void {
+    if (this.resyncPeriodMs <= 0 || this.stopped) return;
+    if (this.resyncTimer !== undefined) this.timers.clearTimeout(this.resyncTimer);
+    this.resyncTimer = this.timers.setTimeout(() => {
+      this.resyncTimer = undefined;
+      if (this.stopped || this.latest === undefined) return;
+      if (this.pending !== undefined) {
+        this.force = true; // the coming run is the resync: do not skip it
+        return;
+      }
+      // A run in flight, a queued runNow or a scheduled retry re-runs anyway
+      // (and re-arms this timer when it ends).
+      if (this.current || this.nowQueue.length > 0 || this.retryTimer !== undefined) return;
+      this.log.debug('resync: re-running the newest state', { periodMs: this.resyncPeriodMs });
+      this.setPendingNow(this.latest, 'resync');
+    }, this.resyncPeriodMs);
+  }
+
+  private setPendingNow(state: State, reason: RunReason): void {
+    const t = this.now();
+    this.pending = state;
+    this.pendingSince = t;
+    this.pendingReason = reason;
+    this.pendingDueAt = t;
+    this.emit({ type: 'pending-changed', pending: true, pendingSince: t, at: t });
+    this.schedule();
+  }
+
+  private launch(state: State, reason: RunReason, since: number | undefined, after: (r: RunResult) => void): void {
+    const run = ++this.runCounter;
+    this.log.debug('callout run started', { run, reason, services: state.services, bytes: state.bytes, input: state.origin });
+    this.emit({ type: 'run-started', run, reason, pendingSince: since, at: this.now(), services: state.services, bytes: state.bytes });
+    const inflight = this.callout.start({ run, state, reason });
+    this.current = inflight;
+    void inflight.done.then((r) => {
+      this.current = undefined;
+      // A failed run may have applied part of its state: do not skip the next one.
+      this.lastOk = r.result === 'ok' ? state : undefined;
+      if (r.result === 'ok') this.attempt = 0;
+      this.logFinished(r, state);
+      this.emit({ type: 'run-finished', reason, pendingSince: since, at: this.now(), ...r });
+      this.armResync();
+      after(r);
+      this.schedule();
+    });
+  }
+
+  /** The run's end in our log. The callout's stderr was already shown live: only a failure repeats its tail. */
+  private logFinished(r: RunResult, state: State): void {
+    const fields = { run: r.run, status: r.result, durationMs: r.durationMs, exitCode: r.exitCode, signal: r.signal, input: state.origin };
+    const message = r.message ?? `callout run ${r.run} ${r.result}`;
+    if (r.result === 'ok') this.log.info('callout run finished', fields);
+    else if (r.stopped) this.log.info(message, fields);
+    else if (r.result === 'spawn-error') this.log.error(message, { run: r.run, durationMs: r.durationMs, input: state.origin });
+    else this.log.warn(message, { ...fields, stderr: r.stderrTail });
+  }
+}

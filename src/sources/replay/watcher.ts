@@ -1,0 +1,171 @@
+/**
+ * Watching replay's files for --watch: the fixture paths (files and
+ * directories) and the extra files (the callout), reported as "this path may
+ * have changed"; what changed, and whether it matters, the caller finds out
+ * by reading.
+ *
+ * chokidar watches directory arguments. A file (fixture or callout) needs
+ * more: an editor's save renames a new file over it, and chokidar's watch on
+ * the file follows the old inode, so after two quick saves it could go deaf
+ * for good; a deleted file is dropped and never watched again. So with fs
+ * events a file is also watched through its directory, which outlives every
+ * save, deletion and recreation: a plain fs.watch filtered by name (its
+ * events name the entry, where chokidar would re-read and stat the whole
+ * directory on every event in it: a core's worth in a busy /tmp). chokidar's
+ * watch on the file itself stays for a symlink's target. With polling a file
+ * is polled by path (fs.watchFile: one stat per interval), which sees a
+ * rename, a deletion and a return alike.
+ */
+import { watch as fsWatch, unwatchFile, watchFile, type FSWatcher as DirWatcher, type StatsListener } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import { basename, dirname, join, resolve, sep } from 'node:path';
+import { watch, type FSWatcher } from 'chokidar';
+import type { Logger } from '../../log.js';
+import { isFixtureName } from '../fixture.js';
+import { errnoText } from './fixtures.js';
+
+/**
+ * chokidar drops a file's 'change' events for 50 ms after one it reported
+ * (and its raw events for 5 ms): a save right after another is seen only by
+ * looking again, past that window.
+ */
+const RECHECK_MS = 120;
+
+/** Options of `watchFiles`. */
+export interface WatchFilesOptions {
+  /** Fixture paths as given: files and directories (not `-`). */
+  paths: readonly string[];
+  /** More files (the callout), absolute. Their deletion is not reported: an editor's save brings them back. */
+  extra: readonly string[];
+  /** Poll instead of using fs events. */
+  usePolling: boolean;
+  /** With `usePolling`: how often each file and directory is stat'ed. */
+  pollIntervalMs: number;
+  log: Logger;
+  /** A fixture (of a directory argument, or given) or an extra file may have changed. */
+  onChange(abs: string): void;
+}
+
+/** Watches started by `watchFiles`. */
+export interface FileWatcher {
+  /** Resolves when every watch is in place: a change made after it is not missed. */
+  readonly ready: Promise<void>;
+  /** Stops every watch and pending recheck. */
+  close(): Promise<void>;
+}
+
+/** In a watched directory: every fixture file (a directory argument), and/or these names (files given). */
+interface WatchedDir {
+  fixtures: boolean;
+  names: Set<string>;
+}
+
+/** Starts watching. */
+export async function watchFiles(opts: WatchFilesOptions): Promise<FileWatcher> {
+  const { log } = opts;
+  const extra = new Set(opts.extra);
+  // What each directory holds for us: a directory argument, its fixture files; the directory of a
+  // file given (or of a missing path), that name.
+  const dirs = new Map<string, WatchedDir>();
+  const dirFor = (abs: string): WatchedDir => {
+    let d = dirs.get(abs);
+    if (!d) dirs.set(abs, (d = { fixtures: false, names: new Set() }));
+    return d;
+  };
+  for (const p of opts.paths) {
+    const abs = resolve(p);
+    if (await stat(abs).then((st) => st.isDirectory(), () => false)) dirFor(abs).fixtures = true;
+    else dirFor(dirname(abs)).names.add(basename(abs));
+  }
+  for (const abs of extra) dirFor(dirname(abs)).names.add(basename(abs));
+  /** An entry of a watched directory that matters. */
+  const wanted = (abs: string): boolean => {
+    const d = dirs.get(dirname(abs));
+    const name = basename(abs);
+    return d !== undefined && (d.names.has(name) || (d.fixtures && isFixtureName(name)));
+  };
+
+  const rechecks = new Map<string, NodeJS.Timeout>();
+  const onEvent = (event: string, path: string): void => {
+    const abs = resolve(path);
+    if (!wanted(abs)) return;
+    log.debug(`watch: ${event} ${path}`);
+    if (extra.has(abs) && event === 'unlink') return; // deleted, or an editor replacing it: an 'add' follows when it is back
+    // A save that chokidar's throttle dropped is seen by looking again.
+    clearTimeout(rechecks.get(abs));
+    rechecks.set(
+      abs,
+      setTimeout(() => {
+        rechecks.delete(abs);
+        opts.onChange(abs);
+      }, RECHECK_MS),
+    );
+    opts.onChange(abs);
+  };
+
+  const polling = opts.usePolling;
+  const pollMs = opts.pollIntervalMs;
+  const dirArgs = [...dirs].filter(([, d]) => d.fixtures).map(([abs]) => abs);
+  const fileDirs = [...dirs].filter(([, d]) => d.names.size > 0);
+  const filePaths = fileDirs.flatMap(([abs, d]) => [...d.names].map((n) => join(abs, n)));
+  const roots = [...new Set([...dirArgs, ...(polling ? [] : filePaths)])];
+  const rootSet = new Set(roots);
+  // No roots (files only, polling): no chokidar, which would never be 'ready'.
+  const watcher: FSWatcher | undefined =
+    roots.length === 0
+      ? undefined
+      : watch(roots, {
+          ignoreInitial: true,
+          depth: 0,
+          persistent: true,
+          // The other entries of a directory argument get no watcher or poller. chokidar asks about the
+          // roots themselves and, while one is missing, about its ancestors: keep those.
+          ignored: (p: string) => {
+            const abs = resolve(p);
+            if (rootSet.has(abs) || wanted(abs)) return false;
+            const prefix = abs.endsWith(sep) ? abs : abs + sep;
+            return !roots.some((r) => r.startsWith(prefix));
+          },
+          usePolling: polling,
+          interval: pollMs,
+          binaryInterval: pollMs,
+        });
+  const dirWatchers: DirWatcher[] = [];
+  const pollers = new Map<string, StatsListener>();
+  if (polling) {
+    for (const abs of filePaths) {
+      const listener: StatsListener = () => onEvent('poll', abs);
+      watchFile(abs, { persistent: true, interval: pollMs }, listener);
+      pollers.set(abs, listener);
+    }
+  } else {
+    for (const [abs, d] of fileDirs) {
+      try {
+        const w = fsWatch(abs, { persistent: true }, (event, name) => {
+          // No name (some platforms): any of ours may have changed.
+          for (const n of name ? [name.toString()] : d.names) if (d.names.has(n)) onEvent(`${event} (directory)`, join(abs, n));
+        });
+        w.on('error', (err) => log.warn(`watch: ${abs}: ${err.message}`));
+        dirWatchers.push(w);
+      } catch (err) {
+        // A missing directory: chokidar watches for the file to appear, through its ancestors.
+        log.debug(`watch: ${abs}: ${errnoText(err)}`);
+      }
+    }
+  }
+  watcher?.on('all', (event, path) => {
+    if (event === 'add' || event === 'change' || event === 'unlink') onEvent(event, path);
+  });
+  watcher?.on('error', (err) => log.warn(`watch: ${(err as Error).message}`));
+
+  return {
+    ready: watcher ? new Promise<void>((res) => watcher.once('ready', () => res())) : Promise.resolve(),
+    async close() {
+      for (const t of rechecks.values()) clearTimeout(t);
+      rechecks.clear();
+      for (const w of dirWatchers) w.close();
+      for (const [abs, listener] of pollers) unwatchFile(abs, listener);
+      await watcher?.close();
+    },
+  };
+}

@@ -1,0 +1,148 @@
+/**
+ * Endpoint conversion (src/convert/endpoints.ts): EndpointSlices in, the
+ * endpoints one node sees out, with kpng's node-local rules and keys.
+ */
+import t from 'tap';
+import { marshalEndpoint } from '../../src/codec.js';
+import { convertEndpoints } from '../../src/convert/endpoints.js';
+import type { KubeEndpointSlice, KubeService } from '../../src/convert/kube-objects.js';
+import { xxh64 } from '../../src/convert/xxhash.js';
+import type { Endpoint } from '../../src/model.js';
+import { convert, docs, svcYaml } from '../helpers/convert.js';
+
+/** kpng's endpoint key: the hex XXH64 of the endpoint's protobuf {Hostname, IPs, Local}. */
+const endpointKey = (ep: Endpoint) => xxh64(marshalEndpoint(ep)).toString(16);
+
+/** Endpoints of the only Service, as compact strings: `ip,ip host L I E ports`. */
+function epsOf(out: string): string[] {
+  const line = JSON.parse(out) as { Endpoints: Array<Record<string, any>> | null };
+  return (line.Endpoints ?? []).map(
+    (e) =>
+      [...(e.IPs?.V4 ?? []), ...(e.IPs?.V6 ?? [])].join(',') +
+      (e.Hostname ? ` host=${e.Hostname}` : '') +
+      (e.Local ? ' L' : '') +
+      (e.Scopes?.Internal ? ' I' : '') +
+      (e.Scopes?.External ? ' E' : '') +
+      ' ' +
+      JSON.stringify(e.PortOverrides ?? null),
+  );
+}
+
+t.test('Endpoints: ready only (missing = ready), families, hostname, Local, PortOverrides', async (t) => {
+  const out = convert(
+    svcYaml() +
+      `---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-abc, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}, {port: 9090}]
+endpoints:
+- {addresses: [10.1.0.1], conditions: {ready: true}, nodeName: node-a, hostname: web-0}
+- {addresses: [10.1.0.2], nodeName: node-b}
+- {addresses: [10.1.0.3], conditions: {}, nodeName: node-b}
+- {addresses: [10.1.0.4], conditions: {ready: false, serving: true, terminating: true}, nodeName: node-a}
+- {addresses: [10.1.0.5, 10.1.0.05], conditions: {ready: null}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-def, labels: {kubernetes.io/service-name: web}}
+addressType: IPv6
+ports: [{name: http, port: 8080, protocol: TCP}, {port: 9090}]
+endpoints:
+- {addresses: ["fd00::1"], conditions: {ready: true}, nodeName: node-a, hostname: web-0}
+- {addresses: ["fe80::1%eth0"], nodeName: node-b}
+`,
+  );
+  const ports = '[{"Name":"http","Port":8080},{"Port":9090}]';
+  t.same(epsOf(out).sort(), [
+    ` I E ${ports}`, // fe80::1%eth0 is dropped: the IPs set stays, empty (as kpng)
+    `10.1.0.1 host=web-0 L I E ${ports}`,
+    `10.1.0.2 I E ${ports}`,
+    `10.1.0.3 I E ${ports}`,
+    `10.1.0.5 I E ${ports}`,
+    `fd00::1 host=web-0 L I E ${ports}`,
+  ]);
+  t.match(out, /"IPs":\{\},"PortOverrides"/, 'an endpoint whose only address is invalid keeps an empty IPs');
+  t.equal(JSON.parse(out).Service.Name, 'web');
+});
+
+t.test('Endpoints: identical ones collapse across slices; order is by the kpng endpoint hash', async (t) => {
+  const slice = (name: string, addrs: string[]) => `---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: ${name}, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+${addrs.map((a) => `- {addresses: [${a}], nodeName: node-b, targetRef: {kind: Pod, name: p-${a.replace(/\./g, '-')}}}`).join('\n')}
+`;
+  const out = convert(svcYaml() + slice('s1', ['10.1.0.1', '10.1.0.2']) + slice('s2', ['10.1.0.2', '10.1.0.3']));
+  const got = epsOf(out).map((e) => e.split(' ')[0]);
+  t.same([...got].sort(), ['10.1.0.1', '10.1.0.2', '10.1.0.3'], 'the duplicate of 10.1.0.2 collapsed');
+  // The path key is the hex XXH64 of the endpoint's protobuf {Hostname, IPs, Local}.
+  const keys = got.map((ip) => endpointKey({ IPs: { V4: [ip!] } }));
+  t.same(keys, [...keys].sort(), 'endpoints ordered by key');
+  // Slice order does not matter.
+  t.equal(convert(svcYaml() + slice('s2', ['10.1.0.2', '10.1.0.3']) + slice('s1', ['10.1.0.1', '10.1.0.2'])), out);
+});
+
+t.test('Endpoints: same hostname/IPs/locality with different ports keep one endpoint each', async (t) => {
+  const svc = docs(svcYaml())[0] as KubeService;
+  const mk = (port: number): KubeEndpointSlice => ({ metadata: { name: `s${port}` }, ports: [{ name: 'http', port }], endpoints: [{ addresses: ['10.1.0.1'], nodeName: 'node-b' }] });
+  const eps = convertEndpoints(svc, [mk(8080), mk(8081)], { nodeName: 'node-a' });
+  const base = endpointKey({ IPs: { V4: ['10.1.0.1'] } });
+  t.same(convertEndpoints(svc, [mk(8080)], { nodeName: 'node-a' }).map(([k]) => k), [base], 'alone: the key of its Hostname, IPs and Local only');
+  t.same(convertEndpoints(svc, [mk(8080)], { nodeName: 'node-b' }).map(([k]) => k), [endpointKey({ IPs: { V4: ['10.1.0.1'] }, Local: true })], 'Local counts');
+  t.equal(eps.length, 2);
+  for (const [k] of eps) t.match(k, new RegExp(`^${base}-[0-9a-f]+$`));
+  t.not(eps[0]![0], eps[1]![0]);
+});
+
+t.test('Endpoints: scopes from traffic policies; both false means not sent', async (t) => {
+  const slice = `---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- {addresses: [10.1.0.1], nodeName: node-a}
+- {addresses: [10.1.0.2], nodeName: node-b}
+`;
+  const p = '[{"Name":"http","Port":8080}]';
+  t.same(epsOf(convert(svcYaml('  externalTrafficPolicy: Local') + slice)).sort(), [`10.1.0.1 L I E ${p}`, `10.1.0.2 I ${p}`]);
+  t.same(epsOf(convert(svcYaml('  internalTrafficPolicy: Local') + slice)).sort(), [`10.1.0.1 L I E ${p}`, `10.1.0.2 E ${p}`]);
+  t.same(epsOf(convert(svcYaml('  internalTrafficPolicy: Local\n  externalTrafficPolicy: Local') + slice)), [`10.1.0.1 L I E ${p}`]);
+  t.same(epsOf(convert(svcYaml('  internalTrafficPolicy: Local\n  externalTrafficPolicy: Local') + slice, { nodeName: 'node-c' })), [], 'no endpoint on node-c');
+  t.match(convert(svcYaml('  internalTrafficPolicy: Local\n  externalTrafficPolicy: Local') + slice, { nodeName: 'node-c' }), /"Endpoints":null/);
+});
+
+t.test('Endpoints: topology hints keep only endpoints hinted for the node zone', async (t) => {
+  const slice = `---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+endpoints:
+- {addresses: [10.1.0.1], nodeName: node-b, zone: z1, hints: {forZones: [{name: z1}]}}
+- {addresses: [10.1.0.2], nodeName: node-c, zone: z2, hints: {forZones: [{name: z2}, {name: z3}]}}
+- {addresses: [10.1.0.3], nodeName: node-c, zone: z2}
+- {addresses: [10.1.0.4], nodeName: node-c, zone: z2, hints: {forZones: []}}
+`;
+  const node = (zone: string) => `---
+apiVersion: v1
+kind: Node
+metadata: {name: node-a, labels: {topology.kubernetes.io/zone: ${zone}}}
+`;
+  const ips = (out: string) => epsOf(out).map((e) => e.split(' ')[0]).sort();
+  t.same(ips(convert(svcYaml() + slice)), ['10.1.0.3', '10.1.0.4'], 'unknown node: no zone, hinted endpoints dropped');
+  t.same(ips(convert(svcYaml() + slice + node('z3'))), ['10.1.0.2', '10.1.0.3', '10.1.0.4'], 'zone from the Node object');
+  t.same(ips(convert(svcYaml() + slice + node('z3'), { nodeZone: 'z1' })), ['10.1.0.1', '10.1.0.3', '10.1.0.4'], '--node-zone wins');
+  const other = `---
+apiVersion: v1
+kind: Node
+metadata: {name: node-b, labels: {topology.kubernetes.io/zone: z1}}
+`;
+  t.same(ips(convert(svcYaml() + slice + other)), ['10.1.0.3', '10.1.0.4'], "another node's zone does not count");
+});

@@ -1,0 +1,170 @@
+/**
+ * DRY_RUN=1 of the bundled all-ip callouts: the exact ruleset they would apply,
+ * without root and without touching the kernel, through `kpng-callout replay`
+ * (the README's Quick start) and fed directly, with hostile and malformed
+ * states. Needs jq; skips, saying why, without it. The same callouts with real
+ * traffic: allip.test.ts.
+ */
+import t from 'tap';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { binArgv } from '../../helpers/bin-process.js';
+import { missingTools, runCommand, type CommandResult } from '../../helpers/command.js';
+import { tempDir } from '../../helpers/files.js';
+import { blogJsonlPath, repoPath } from '../../helpers/fixtures.js';
+
+const IPT = repoPath('callouts/kpng-example-allip');
+const NFT = repoPath('callouts/kpng-example-allip-nft');
+
+/** Runs `argv` with DRY_RUN=1 (and `env`), `input` on its stdin. */
+function dryRun(argv: string[], input = '', env: NodeJS.ProcessEnv = {}): Promise<CommandResult> {
+  const [cmd, ...args] = argv;
+  return runCommand(cmd!, args, { input, env: { ...process.env, DRY_RUN: '1', ...env } });
+}
+
+const noJq = missingTools(['jq']).length > 0;
+if (noJq) console.error('# skipping callout dry-run tests: jq is missing (apt-get install jq)');
+
+/** The iptables-restore input (both families) for the given KPNG-ALLIP rules. */
+function iptScript(rules4: string[], rules6: string[]): string {
+  const family = (restore: string, rules: string[]) =>
+    `# ${restore} --noflush\n*nat\n:KPNG-ALLIP - [0:0]\n` + rules.map((r) => `-A KPNG-ALLIP ${r}\n`).join('') + '-I PREROUTING -j KPNG-ALLIP\n-I OUTPUT -j KPNG-ALLIP\nCOMMIT\n';
+  return family('iptables-restore', rules4) + family('ip6tables-restore', rules6);
+}
+
+/** The nft script for the given map elements and rules. */
+function nftScript(elems4: string[], elems6: string[], rules: string[] = []): string {
+  const map = (fam: number, type: string, elems: string[]) =>
+    `\tmap dnat${fam} {\n\t\ttype ${type} : ${type}\n` +
+    (elems.length ? `\t\telements = {\n${elems.map((e) => `\t\t\t${e},\n`).join('')}\t\t}\n` : '') +
+    '\t}\n';
+  return (
+    'table inet kpng_allip {}\ndelete table inet kpng_allip\ntable inet kpng_allip {\n' +
+    map(4, 'ipv4_addr', elems4) +
+    map(6, 'ipv6_addr', elems6) +
+    '\tchain services {\n' +
+    rules.map((r) => `\t\t${r}\n`).join('') +
+    '\t\tdnat ip to ip daddr map @dnat4\n\t\tdnat ip6 to ip6 daddr map @dnat6\n\t}\n' +
+    '\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tjump services\n\t}\n' +
+    '\tchain output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n}\n'
+  );
+}
+
+const line = (svc: object, endpoints: unknown) => JSON.stringify({ Service: svc, Endpoints: endpoints }) + '\n';
+
+t.test('callout dry runs', { skip: noJq ? 'jq is missing' : false }, async (t) => {
+  t.test('the blog state through replay (Quick start)', async (t) => {
+    const ipt = await dryRun(binArgv('kpng-callout', ['replay', '-q', blogJsonlPath, '--once', '--callout', IPT]));
+    t.equal(ipt.code, 0);
+    t.equal(ipt.stdout, iptScript(['-d 10.0.0.55/32 -j DNAT --to-destination 11.0.2.2'], ['-d 1000::55/128 -j DNAT --to-destination 1100::202']));
+    const nft = await dryRun(binArgv('kpng-callout', ['replay', '-q', blogJsonlPath, '--once', '--callout', NFT]));
+    t.equal(nft.code, 0);
+    t.equal(nft.stdout, nftScript(['10.0.0.55 : 11.0.2.2'], ['1000::55 : 1100::202']));
+    t.end();
+  });
+
+  t.test('several local endpoints, load-balancer IPs, canonical IPv6, first claim wins', async (t) => {
+    const state =
+      line(
+        { Namespace: 'a', Name: 'lb', IPs: { ExternalIPs: { V6: ['2001:DB8:0:0::10'] }, LoadBalancerIPs: { V4: ['192.0.2.20'] } } },
+        [
+          { IPs: { V4: ['198.51.100.2'] }, Local: true },
+          { IPs: { V4: ['198.51.100.3'] }, Local: true },
+          { IPs: { V4: ['198.51.100.4'] }, Local: true },
+          { IPs: { V6: ['2001:db8:1::0002'] }, Local: true },
+          { IPs: { V4: ['198.51.100.9'] } },
+        ],
+      ) +
+      line({ Namespace: 'b', Name: 'dup', IPs: { ExternalIPs: { V4: ['192.0.2.20'], V6: ['2001:db8::10'] } } }, [
+        { IPs: { V4: ['198.51.100.5'], V6: ['2001:db8:1::5'] }, Local: true },
+      ]) +
+      line({ Namespace: 'c', Name: 'none', IPs: { ExternalIPs: { V4: ['192.0.2.30'] } } }, null);
+    const ipt = await dryRun([IPT], state);
+    t.equal(ipt.code, 0);
+    t.equal(
+      ipt.stdout,
+      iptScript(
+        [
+          '-d 192.0.2.20/32 -m statistic --mode nth --every 3 --packet 0 -j DNAT --to-destination 198.51.100.2',
+          '-d 192.0.2.20/32 -m statistic --mode nth --every 2 --packet 0 -j DNAT --to-destination 198.51.100.3',
+          '-d 192.0.2.20/32 -j DNAT --to-destination 198.51.100.4',
+        ],
+        ['-d 2001:db8::10/128 -j DNAT --to-destination 2001:db8:1::2'],
+      ),
+    );
+    t.match(ipt.stderr, /"b\/dup": skipping external IP 192\.0\.2\.20: already used by "a\/lb"/);
+    t.match(ipt.stderr, /"b\/dup": skipping external IP 2001:db8::10: already used by "a\/lb"/);
+    const nft = await dryRun([NFT], state);
+    t.equal(nft.code, 0);
+    t.equal(
+      nft.stdout,
+      nftScript([], ['2001:db8::10 : 2001:db8:1::2'], [
+        'ip daddr 192.0.2.20 dnat ip to numgen inc mod 3 map { 0 : 198.51.100.2, 1 : 198.51.100.3, 2 : 198.51.100.4 }',
+      ]),
+    );
+    const noLb = await dryRun([IPT], state, { KPNG_ALLIP_LB_IPS: '0' });
+    t.match(noLb.stdout, /-d 192\.0\.2\.20\/32 -j DNAT --to-destination 198\.51\.100\.5\n/, 'without LB IPs, b/dup gets 192.0.2.20');
+    t.end();
+  });
+
+  t.test('hostile and malformed strings give no rule and run nothing', async (t) => {
+    const dir = tempDir(t, 'kpng-allip-dry-');
+    const marker = join(dir, 'pwned');
+    const hostile = [
+      `$(touch ${marker})`,
+      `\`touch ${marker}\``,
+      `192.0.2.1; touch ${marker}`,
+      '192.0.2.1 -j ACCEPT',
+      '192.0.2.1\n-A PREROUTING -j DROP',
+      '192.0.2.1\t198.51.100.66',
+      '192.0.2.1/0',
+      '-F',
+      '2001:db8::1\n}\ntable inet evil {',
+      '2001:db8::1 : 2001:db8::66, ::/0',
+      'fe80::1%eth0',
+      '1:2:3:4:5:6:7:8:9',
+      '1::2::3',
+      '0x7f.1',
+      '192.0.2.010',
+      '256.1.1.1',
+      '\u001b[2J',
+      '',
+      12,
+      { V4: '192.0.2.1' },
+      null,
+    ];
+    const state =
+      line({ Namespace: 'x', Name: 'evil\nname', IPs: { ExternalIPs: { V4: hostile, V6: hostile } } }, [
+        { IPs: { V4: ['198.51.100.2'], V6: ['2001:db8:1::2'] }, Local: true },
+      ]) +
+      line({ Namespace: 'x', Name: 'evil-endpoints', IPs: { ExternalIPs: { V4: ['192.0.2.40'], V6: ['2001:db8::40'] } } }, [
+        { IPs: { V4: [`$(touch ${marker})`], V6: ['-j DROP'] }, Local: true },
+        { IPs: { V4: '198.51.100.2' }, Local: true },
+        { IPs: { V4: ['198.51.100.3'] }, Local: 'true' },
+        'x',
+        7,
+      ]) +
+      line({ Namespace: 'x', Name: 'odd-shapes', IPs: 'nope' }, 'nope') +
+      '[1,2]\nnull\n"s"\n{"Service":7}\n';
+    for (const callout of [IPT, NFT]) {
+      const r = await dryRun([callout], state);
+      t.equal(r.code, 0, 'exits 0');
+      t.notOk(existsSync(marker), 'no command from the state ran');
+      t.equal(r.stdout, callout === IPT ? iptScript([], []) : nftScript([], []), 'no rule at all');
+      t.match(r.stderr, /skipping external IP "\$\(touch/, 'hostile strings are logged');
+      t.notMatch(r.stderr, /\u001b/, 'logs hold no control characters');
+    }
+    t.end();
+  });
+
+  t.test('input that is not JSON: exit 1, nothing printed', async (t) => {
+    for (const callout of [IPT, NFT]) {
+      const r = await dryRun([callout], '{"Service":\n');
+      t.equal(r.code, 1);
+      t.equal(r.stdout, '');
+      t.match(r.stderr, /cannot read the state as JSON lines; nothing changed/);
+    }
+    t.end();
+  });
+  t.end();
+});

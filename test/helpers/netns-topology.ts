@@ -1,0 +1,255 @@
+/**
+ * A small network for testing data-plane callouts with real traffic: four
+ * network namespaces joined by veth links, a client, the node, and two pods,
+ * each pod running a small TCP server that answers with its name. Only
+ * documentation addresses are used, all of them assigned inside those
+ * namespaces:
+ *
+ *   client 203.0.113.2 2001:db8:c::2 ── node 203.0.113.1 2001:db8:c::1
+ *   node 198.51.100.1   2001:db8:1::1 ── pod1 198.51.100.2   2001:db8:1::2
+ *   node 198.51.100.129 2001:db8:2::1 ── pod2 198.51.100.130 2001:db8:2::2
+ *   external IPs 192.0.2.10, 192.0.2.11, 2001:db8:e::10, 2001:db8:e::11:
+ *   routed by the client to the node, and held by the node's loopback
+ *   interface, so that a connection the callout does not DNAT is refused at once
+ *   by the node instead of timing out.
+ *
+ * A callout is run by `kpng-callout replay FILE --once --callout …` inside
+ * the node namespace (`apply`). Needs root, `ip netns`, iptables, nft, jq and
+ * socat (`netnsMissing` says which is missing).
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { binArgv } from './bin-process.js';
+import { missingTools, mustRun, runCommand, type CommandResult } from './command.js';
+import { tempDir, untilExit } from './files.js';
+import { repoPath } from './fixtures.js';
+import { pollUntil } from './wait.js';
+
+const tools = ['ip', 'iptables', 'ip6tables', 'iptables-save', 'ip6tables-save', 'iptables-restore', 'ip6tables-restore', 'nft', 'jq', 'socat'];
+
+/** Why a topology cannot be built here, or undefined when it can. */
+export async function netnsMissing(): Promise<string | undefined> {
+  if (process.platform !== 'linux') return 'network namespaces need Linux';
+  if (process.getuid?.() !== 0) return 'network namespaces need root';
+  const missing = missingTools(tools);
+  if (missing.length) return `missing tools: ${missing.join(', ')} (apt-get install iptables nftables iproute2 jq socat)`;
+  const probe = `${NS_PREFIX}${process.pid}-probe`;
+  const r = await runCommand('ip', ['netns', 'add', probe]);
+  if (r.code !== 0) return `cannot create a network namespace: ${r.stderr.trim()}`;
+  await runCommand('ip', ['netns', 'del', probe]);
+  removeStaleNamespaces();
+  return undefined;
+}
+
+/** Our namespaces are named NS_PREFIX + pid + '-' + role. */
+const NS_PREFIX = 'kpngallip-';
+
+/** Removes namespaces that an earlier run of this suite left behind when it was killed. */
+function removeStaleNamespaces(): void {
+  const list = spawnSync('ip', ['netns', 'list'], { encoding: 'utf8' }).stdout ?? '';
+  for (const line of list.split('\n')) {
+    const m = new RegExp(`^(${NS_PREFIX}(\\d+)-[a-z0-9]+)\\b`).exec(line);
+    if (!m || Number(m[2]) === process.pid) continue;
+    try {
+      process.kill(Number(m[2]), 0);
+      continue; // that run is still going
+    } catch {
+      spawnSync('ip', ['netns', 'del', m[1]!], { stdio: 'ignore' });
+    }
+  }
+}
+
+/** The two pods' addresses. */
+export const PODS = {
+  pod1: { v4: '198.51.100.2', v6: '2001:db8:1::2' },
+  pod2: { v4: '198.51.100.130', v6: '2001:db8:2::2' },
+} as const;
+export type PodName = keyof typeof PODS;
+/** External IPs, routed to the node and held by its loopback interface. */
+export const XIP = { v4: ['192.0.2.10', '192.0.2.11'], v6: ['2001:db8:e::10', '2001:db8:e::11'] } as const;
+/** The ports each pod server listens on. */
+export const PORTS = [8080, 9090];
+
+/** A Service of the state a test applies. */
+export interface ServiceSpec {
+  name: string;
+  xips4?: string[];
+  xips6?: string[];
+  lbips4?: string[];
+  /** Pods whose endpoints are local to the node. */
+  local?: PodName[];
+  /** Pods whose endpoints are elsewhere. */
+  remote?: PodName[];
+  /** Raw endpoints, for hostile input. */
+  endpoints?: unknown[];
+}
+
+/** One state line, shaped as kpng prints it. */
+function serviceLine(s: ServiceSpec): string {
+  const ips: Record<string, unknown> = { ClusterIPs: {}, ExternalIPs: {} };
+  const ext: Record<string, string[]> = {};
+  if (s.xips4?.length) ext.V4 = s.xips4;
+  if (s.xips6?.length) ext.V6 = s.xips6;
+  ips.ExternalIPs = ext;
+  if (s.lbips4?.length) ips.LoadBalancerIPs = { V4: s.lbips4 };
+  ips.Headless = true;
+  const endpoints: unknown[] = [];
+  for (const [pods, local] of [[s.local ?? [], true], [s.remote ?? [], false]] as const) {
+    for (const p of pods) {
+      for (const fam of ['V4', 'V6'] as const) {
+        const ep: Record<string, unknown> = { Hostname: p, IPs: { [fam]: [fam === 'V4' ? PODS[p].v4 : PODS[p].v6] } };
+        if (local) ep.Local = true;
+        ep.Scopes = { Internal: true, External: true };
+        endpoints.push(ep);
+      }
+    }
+  }
+  endpoints.push(...(s.endpoints ?? []));
+  return JSON.stringify({
+    Service: {
+      Namespace: 'default',
+      Name: s.name,
+      Type: 'ClusterIP',
+      IPs: ips,
+      Ports: [{ Protocol: 1, Port: 8080, TargetPort: 8080 }],
+      SessionAffinity: null,
+    },
+    Endpoints: endpoints.length ? endpoints : null,
+  });
+}
+
+/** Topologies not closed yet: closed on exit too, for a run that tap times out or interrupts. */
+const opened = new Set<Topology>();
+process.once('exit', () => {
+  for (const topo of opened) topo.close();
+});
+
+/** Four namespaces and two pod servers; `close` removes everything, whatever happened. */
+export class Topology {
+  readonly ns: { client: string; node: string; pod1: string; pod2: string };
+  private readonly servers: ChildProcess[] = [];
+  private readonly dir = tempDir(untilExit, 'kpng-allip-');
+  private seq = 0;
+
+  constructor(tag: string) {
+    const base = `${NS_PREFIX}${process.pid}-${tag}`;
+    this.ns = { client: `${base}-cl`, node: `${base}-nd`, pod1: `${base}-p1`, pod2: `${base}-p2` };
+    opened.add(this);
+  }
+
+  async open(): Promise<void> {
+    const { client, node, pod1, pod2 } = this.ns;
+    for (const n of [client, node, pod1, pod2]) await mustRun('ip', ['netns', 'add', n]);
+    const ipn = (n: string, ...args: string[]) => mustRun('ip', ['-n', n, ...args]);
+    await ipn(node, 'link', 'add', 'tocl', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', client);
+    await ipn(node, 'link', 'add', 'top1', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod1);
+    await ipn(node, 'link', 'add', 'top2', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod2);
+    const addrs: Array<[string, string, string]> = [
+      [client, 'eth0', '203.0.113.2/24'],
+      [client, 'eth0', '2001:db8:c::2/64'],
+      [node, 'tocl', '203.0.113.1/24'],
+      [node, 'tocl', '2001:db8:c::1/64'],
+      [node, 'top1', '198.51.100.1/25'],
+      [node, 'top1', '2001:db8:1::1/64'],
+      [node, 'top2', '198.51.100.129/25'],
+      [node, 'top2', '2001:db8:2::1/64'],
+      [pod1, 'eth0', `${PODS.pod1.v4}/25`],
+      [pod1, 'eth0', `${PODS.pod1.v6}/64`],
+      [pod2, 'eth0', `${PODS.pod2.v4}/25`],
+      [pod2, 'eth0', `${PODS.pod2.v6}/64`],
+      ...[...XIP.v4.map((a) => `${a}/32`), ...XIP.v6.map((a) => `${a}/128`)].map((a): [string, string, string] => [node, 'lo', a]),
+    ];
+    for (const [n, dev, addr] of addrs) {
+      await ipn(n, 'addr', 'add', addr, 'dev', dev, ...(addr.includes(':') ? ['nodad'] : []));
+    }
+    for (const [n, devs] of [
+      [client, ['lo', 'eth0']],
+      [node, ['lo', 'tocl', 'top1', 'top2']],
+      [pod1, ['lo', 'eth0']],
+      [pod2, ['lo', 'eth0']],
+    ] as const) {
+      for (const dev of devs) await ipn(n, 'link', 'set', dev, 'up');
+    }
+    await ipn(client, 'route', 'add', '192.0.2.0/24', 'via', '203.0.113.1');
+    await ipn(client, '-6', 'route', 'add', '2001:db8:e::/64', 'via', '2001:db8:c::1');
+    await ipn(pod1, 'route', 'add', 'default', 'via', '198.51.100.1');
+    await ipn(pod1, '-6', 'route', 'add', 'default', 'via', '2001:db8:1::1');
+    await ipn(pod2, 'route', 'add', 'default', 'via', '198.51.100.129');
+    await ipn(pod2, '-6', 'route', 'add', 'default', 'via', '2001:db8:2::1');
+    await mustRun('ip', ['netns', 'exec', node, 'sysctl', '-qw', 'net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1']);
+
+    const server = `const net = require('node:net');
+      for (const port of ${JSON.stringify(PORTS)}) net.createServer((s) => s.end(process.argv[1] + '\\n')).listen(port, '::');`;
+    for (const pod of ['pod1', 'pod2'] as const) {
+      const child = spawn('ip', ['netns', 'exec', this.ns[pod], process.execPath, '-e', server, pod], { stdio: 'ignore' });
+      this.servers.push(child);
+    }
+    // Wait until both servers answer, from the node, on both families.
+    for (const pod of ['pod1', 'pod2'] as const) {
+      for (const addr of [PODS[pod].v4, PODS[pod].v6]) {
+        for (const port of PORTS) {
+          const got = await this.poll('node', addr, port, pod, 10_000);
+          if (got !== pod) throw new Error(`server ${pod} at ${addr}:${port} never answered`);
+        }
+      }
+    }
+  }
+
+  /** Synchronous, so that it completes even when tap times the test out. */
+  close(): void {
+    opened.delete(this);
+    for (const child of this.servers) child.kill('SIGKILL');
+    for (const n of Object.values(this.ns)) spawnSync('ip', ['netns', 'del', n], { stdio: 'ignore' });
+  }
+
+  /** One TCP connection from a namespace; the server's answer, or '' when it fails. */
+  async connect(from: 'client' | 'node', addr: string, port = 8080): Promise<string> {
+    const target = addr.includes(':') ? `TCP6:[${addr}]:${port}` : `TCP4:${addr}:${port}`;
+    const r = await runCommand('ip', ['netns', 'exec', this.ns[from], 'socat', '-T', '3', 'STDIO', `${target},connect-timeout=3`], { timeoutMs: 10_000 });
+    return r.code === 0 ? r.stdout.trim() : '';
+  }
+
+  /** Connects until the answer is `want` or `withinMs` have passed; returns the last answer. */
+  async poll(from: 'client' | 'node', addr: string, port: number, want: string, withinMs = 2_000): Promise<string> {
+    let got = '';
+    try {
+      await pollUntil(async () => (got = await this.connect(from, addr, port)) === want, `${want} at ${addr}:${port}`, withinMs, 50);
+    } catch {
+      // The caller asserts on the last answer, which says more than a timeout.
+    }
+    return got;
+  }
+
+  /** Writes the state and runs the callout on it once, with replay, in the node namespace. */
+  async apply(callout: string, services: ServiceSpec[], env: NodeJS.ProcessEnv = {}): Promise<CommandResult> {
+    const file = join(this.dir, `state-${++this.seq}.jsonl`);
+    writeFileSync(file, services.map((s) => serviceLine(s) + '\n').join(''));
+    return runCommand('ip', ['netns', 'exec', this.ns.node, ...binArgv('kpng-callout', ['replay', file, '--once', '--callout', repoPath(callout)])], {
+      env: { ...process.env, ...env },
+      timeoutMs: 60_000,
+    });
+  }
+
+  /** The nat rules of both families (iptables) or the callout's table (nft), without volatile parts. */
+  async rules(callout: string): Promise<string> {
+    if (callout.endsWith('-nft')) {
+      const r = await runCommand('ip', ['netns', 'exec', this.ns.node, 'nft', 'list', 'ruleset']);
+      return r.stdout;
+    }
+    let out = '';
+    for (const save of ['iptables-save', 'ip6tables-save']) {
+      const r = await runCommand('ip', ['netns', 'exec', this.ns.node, save, '-t', 'nat']);
+      out += r.stdout
+        .split('\n')
+        .filter((l) => !l.startsWith('#'))
+        .map((l) => l.replace(/\[\d+:\d+\]/, '[0:0]'))
+        .join('\n');
+    }
+    return out;
+  }
+
+  get dirPath(): string {
+    return this.dir;
+  }
+}

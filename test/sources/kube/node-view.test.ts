@@ -1,0 +1,155 @@
+/**
+ * The node view (src/sources/kube/node-view.ts) with plain objects: no
+ * server, no informer, no timers.
+ */
+import t from 'tap';
+import type { KubeEndpointSlice, KubeNode, KubeService } from '../../../src/convert/kube-objects.js';
+import { NodeView, type NodeViewOptions } from '../../../src/sources/kube/node-view.js';
+import { sameState, stateText, type State } from '../../../src/state.js';
+import { blogJsonl, blogView } from '../../helpers/fixtures.js';
+import { blogObjects, node, service, slice } from '../../helpers/kube-objects.js';
+import { captureLog } from '../../helpers/sink.js';
+
+/** `namespace/name` of each Service line -> its endpoints as `ip[:L]`, sorted. */
+function byService(s: State): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  for (const text of stateText(s).split('\n')) {
+    if (text === '') continue;
+    const { Service: svc, Endpoints } = JSON.parse(text) as { Service: { Namespace: string; Name: string }; Endpoints: Array<{ IPs?: { V4?: string[]; V6?: string[] }; Local?: boolean }> | null };
+    const eps = (Endpoints ?? []).map((e) => [...(e.IPs?.V4 ?? []), ...(e.IPs?.V6 ?? [])].join(',') + (e.Local ? ':L' : ''));
+    out.set(`${svc.Namespace}/${svc.Name}`, eps.sort());
+  }
+  return out;
+}
+
+const names = (s: State): string[] => [...byService(s).keys()];
+
+/** The endpoints of Service `default/<name>`. */
+const eps = (s: State, name: string): string[] => byService(s).get(`default/${name}`) ?? [];
+
+const view = (o: Partial<NodeViewOptions> = {}): { v: NodeView; log: ReturnType<typeof captureLog> } => {
+  const log = captureLog();
+  return { v: new NodeView({ nodeName: 'node-a', logger: log.logger, ...o }), log };
+};
+
+t.test("the blog example: the state of the node that hosts the local pods, as kpng's", async (t) => {
+  const { v } = view(blogView);
+  for (const [r, o] of blogObjects()) t.ok(r === 'services' ? v.setService(o as KubeService) : v.setSlice(o as KubeEndpointSlice));
+  t.equal(stateText(v.state()), blogJsonl);
+});
+
+t.test('Services: selected by service-proxy-name, relabelled, deleted', async (t) => {
+  const { v } = view({ serviceProxyName: 'mine' });
+  t.equal(v.setService(service('other', { proxyName: 'other' })), false, 'not ours, not known: nothing to do');
+  t.equal(v.setService(service('plain')), false);
+  t.equal(v.setService(service('web', { proxyName: 'mine' })), true);
+  t.same(names(v.state()), ['default/web']);
+  // Relabelled to another proxy: as a delete.
+  t.equal(v.setService(service('web', { proxyName: 'other' })), true);
+  t.same(names(v.state()), []);
+  t.equal(v.deleteService(service('web')), false, 'already gone');
+  t.equal(v.setService(service('web', { proxyName: 'mine' })), true);
+  t.equal(v.deleteService(service('web', { proxyName: 'mine' })), true);
+  t.same(names(v.state()), []);
+
+  // Without a proxy name: only unlabelled, never headless-labelled.
+  const plain = view().v;
+  plain.setService(service('plain'));
+  plain.setService(service('mine', { proxyName: 'mine' }));
+  plain.setService(service('odd', { labels: { 'service.kubernetes.io/headless': '' } }));
+  t.same(names(plain.state()), ['default/plain']);
+});
+
+t.test('slices: before or after their Service, several per Service, moved, deleted', async (t) => {
+  const { v } = view();
+  // A slice may come before its Service: filed, used once the Service comes.
+  t.equal(v.setSlice(slice('web-a', 'web', [{ ip: '10.0.0.1', node: 'node-a' }, { ip: '10.0.0.2', node: 'node-b' }])), true);
+  t.same(names(v.state()), []);
+  v.setService(service('web'));
+  t.same(eps(v.state(), 'web'), ['10.0.0.1:L', '10.0.0.2']);
+  // The same endpoint in a second slice collapses.
+  v.setSlice(slice('web-b', 'web', [{ ip: '10.0.0.2', node: 'node-b' }, { ip: '10.0.0.3' }]));
+  t.same(eps(v.state(), 'web'), ['10.0.0.1:L', '10.0.0.2', '10.0.0.3']);
+  t.equal(v.sliceCount, 2);
+  // Relabelled to another Service: moves with its label.
+  v.setService(service('api'));
+  v.setSlice(slice('web-b', 'api', [{ ip: '10.0.0.3' }]));
+  let s = v.state();
+  t.same(eps(s, 'web'), ['10.0.0.1:L', '10.0.0.2']);
+  t.same(eps(s, 'api'), ['10.0.0.3']);
+  // Deleted.
+  t.equal(v.deleteSlice(slice('web-a', 'web', [])), true);
+  s = v.state();
+  t.same(eps(s, 'web'), []);
+  t.same(names(s), ['default/api', 'default/web'], 'a Service without endpoints stays');
+  t.equal(v.sliceCount, 1);
+  // A slice of no Service is not filed; deleting what is not filed changes nothing.
+  t.equal(v.setSlice(slice('orphan', undefined, [{ ip: '10.9.9.9' }])), false);
+  t.equal(v.deleteSlice(slice('orphan', undefined, [])), false);
+  // A slice in another namespace belongs to that namespace's Service.
+  t.equal(v.setSlice(slice('api-x', 'api', [{ ip: '10.0.0.4' }], { namespace: 'other' })), true);
+  t.same(eps(v.state(), 'api'), ['10.0.0.3']);
+  // Deleting a Service keeps its slices for when it comes back.
+  v.deleteService(service('api'));
+  t.same(names(v.state()), ['default/web']);
+  v.setService(service('api'));
+  t.same(eps(v.state(), 'api'), ['10.0.0.3']);
+});
+
+t.test("the zone: from this node's Node only; topology hints follow it", async (t) => {
+  const { v, log } = view();
+  v.setService(service('hinted'));
+  v.setSlice(slice('hinted-1', 'hinted', [{ ip: '10.3.0.1', zones: ['z1'] }, { ip: '10.3.0.2', zones: ['z2'] }, { ip: '10.3.0.3' }]));
+  t.same(eps(v.state(), 'hinted'), ['10.3.0.3'], 'zone unknown: no hinted endpoint');
+  t.equal(v.setNode(node('node-b', 'z1') as KubeNode), false, 'another node');
+  t.equal(v.zone, undefined);
+  t.equal(v.setNode(node('node-a', 'z1') as KubeNode), true);
+  t.equal(v.zone, 'z1');
+  t.same(eps(v.state(), 'hinted'), ['10.3.0.1', '10.3.0.3']);
+  t.equal(v.setNode(node('node-a', 'z1') as KubeNode), false, 'same zone');
+  v.setNode(node('node-a', 'z2') as KubeNode);
+  t.same(eps(v.state(), 'hinted'), ['10.3.0.2', '10.3.0.3']);
+  t.equal(v.deleteNode(node('node-a') as KubeNode), true);
+  t.same(eps(v.state(), 'hinted'), ['10.3.0.3']);
+  t.same(log.matching(/node node-a/), ['kpng-callout info: node node-a: zone z1', 'kpng-callout info: node node-a: zone z2', 'kpng-callout info: node node-a: no zone']);
+});
+
+t.test('malformed objects are logged and left out; the others stay', async (t) => {
+  const { v, log } = view();
+  v.setService(service('web'));
+  v.setSlice(slice('web-a', 'web', [{ ip: '10.2.1.1' }]));
+  const bad = slice('web-b', 'web', [{ ip: '10.2.1.2' }]);
+  (bad.endpoints as Array<Record<string, unknown>>)[0]!.addresses = 'not-a-list';
+  v.setSlice(bad);
+  v.setSlice(slice('web-c', 'web', [{ ip: '10.2.1.3' }]));
+  t.same(eps(v.state(), 'web'), ['10.2.1.1', '10.2.1.3']);
+  t.match(log.matching(/endpointslice default\/web-b: cannot convert/)[0], /endpoints\[0\]\.addresses: expected a list/);
+
+  // A Service that does not convert keeps what was there.
+  const broken = service('web');
+  (broken.spec as Record<string, unknown>).ports = 'eighty';
+  v.setService(broken);
+  t.same(eps(v.state(), 'web'), ['10.2.1.1', '10.2.1.3']);
+  t.match(log.matching(/service default\/web: cannot convert/)[0], /spec\.ports/);
+});
+
+t.test('incremental: an unchanged view gives the same state; a change only touches its Service', async (t) => {
+  const { v } = view();
+  for (let i = 0; i < 20; i++) {
+    v.setService(service(`s${i}`));
+    v.setSlice(slice(`s${i}-a`, `s${i}`, [{ ip: `10.1.0.${i}` }]));
+  }
+  const first = v.state();
+  t.equal(first.services, 20);
+  t.equal(first.endpoints, 20);
+  t.ok(sameState(first, v.state()), 'nothing changed');
+  v.setSlice(slice('s7-a', 's7', [{ ip: '10.1.1.7' }, { ip: '10.1.2.7' }]));
+  const next = v.state();
+  t.equal(next.endpoints, 21);
+  t.same(eps(next, 's7'), ['10.1.1.7', '10.1.2.7']);
+  const before = stateText(first).split('\n');
+  const changed = stateText(next)
+    .split('\n')
+    .filter((l, i) => l !== before[i]);
+  t.same(changed.map((l) => (JSON.parse(l) as { Service: { Name: string } }).Service.Name), ['s7']);
+});

@@ -1,0 +1,174 @@
+/**
+ * replay --watch (src/sources/replay/watch.ts) on real files: edits re-run,
+ * a broken fixture keeps the last good state, new files and the callout
+ * re-run; editors' atomic saves, deletions and polling.
+ */
+import { mkdirSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import t, { type Test } from 'tap';
+import type { Logger } from '../../../src/log.js';
+import { runWatch, type WatchOptions } from '../../../src/sources/replay/watch.js';
+import { replaceFile, tempDir } from '../../helpers/files.js';
+import { blogJsonl, blogView, blogYaml, stateLine } from '../../helpers/fixtures.js';
+import { gatedSink } from '../../helpers/gated-sink.js';
+import { captureLog } from '../../helpers/sink.js';
+import { within } from '../../helpers/wait.js';
+
+const opts = (paths: string[], extra: Partial<WatchOptions> & { logger: Logger }): WatchOptions => ({ paths, ...blogView, ...extra });
+
+t.test('--watch: edits re-run, a broken fixture keeps the last good state, new files and the callout re-run', async (t) => {
+  const dir = tempDir(t, 'replay-test-');
+  const fx = join(dir, 'fixtures');
+  mkdirSync(fx);
+  writeFileSync(join(fx, 'a.jsonl'), stateLine('a1'));
+  writeFileSync(join(fx, 'b.jsonl'), stateLine('b1'));
+  const callout = join(dir, 'callout.sh');
+  writeFileSync(callout, '#!/bin/sh\ncat\n');
+  const log = captureLog();
+  const s = gatedSink(true);
+  const ac = new AbortController();
+  const done = runWatch(opts([fx], { watchExtra: [callout], debounceMs: 20, logger: log.logger }), s.sink, ac.signal);
+  t.teardown(() => ac.abort());
+  t.equal(await s.waitFor(1), stateLine('a1'));
+  t.equal(await s.waitFor(2), stateLine('b1'));
+  await log.waitFor(/watching .* for changes/);
+
+  writeFileSync(join(fx, 'a.jsonl'), stateLine('a2'));
+  t.equal(await s.waitFor(3), stateLine('a2'), 'an edit re-runs that fixture');
+
+  writeFileSync(join(fx, 'a.jsonl'), stateLine('a3').replace('"Name"', '"Nmae"'));
+  const err = await log.waitFor(/error/);
+  t.equal(
+    err,
+    `kpng-callout error: ${join(fx, 'a.jsonl')}:1:42: Service.Nmae: unknown field "Nmae" (expected one of Namespace, Name, Type, Labels, Annotations, IPs, IPFilters, MapIP, Ports, ExternalTrafficToLocal, SessionAffinity, InternalTrafficToLocal, HealthCheckNodePort) (keeping its last good state)`,
+  );
+  writeFileSync(join(fx, 'a.jsonl'), stateLine('a3').replace('"Name"', '"Nmae"')); // same error: not reported again
+  writeFileSync(callout, '#!/bin/sh\ncat >/dev/null\n');
+  t.equal(await s.waitFor(4), stateLine('a2'), 'the callout changed: the last good state runs again');
+
+  writeFileSync(join(fx, 'a.jsonl'), stateLine('a4'));
+  t.equal(await s.waitFor(5), stateLine('a4'), 'fixed: runs again');
+  t.equal(log.matching(/error/).length, 1, 'the broken fixture was reported once');
+
+  writeFileSync(join(fx, 'c.yaml'), blogYaml);
+  t.equal(await s.waitFor(6), blogJsonl, 'a new file in the directory runs');
+  writeFileSync(join(fx, 'notes.txt'), 'ignored');
+  writeFileSync(join(fx, 'b.jsonl'), stateLine('b1')); // same content: no run
+  writeFileSync(join(fx, 'b.jsonl'), stateLine('b2'));
+  t.equal(await s.waitFor(7), stateLine('b2'));
+  // An editor's atomic save: write a temporary file, rename it over the fixture.
+  writeFileSync(join(dir, 'b.tmp'), stateLine('b3'));
+  renameSync(join(dir, 'b.tmp'), join(fx, 'b.jsonl'));
+  t.equal(await s.waitFor(8), stateLine('b3'), 'replaced by rename');
+  t.equal(s.texts.length, 8);
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
+
+const ROUNDS = 25;
+
+t.test('--watch on a single file survives many rounds of two atomic saves milliseconds apart', async (t) => {
+  const dir = tempDir(t, 'replay-test-');
+  const fx = join(dir, 's.jsonl');
+  writeFileSync(fx, stateLine('r0'));
+  const log = captureLog();
+  const s = gatedSink(true);
+  const ac = new AbortController();
+  const done = runWatch(opts([fx], { debounceMs: 20, logger: log.logger }), s.sink, ac.signal);
+  t.teardown(() => ac.abort());
+  t.equal(await s.waitFor(1), stateLine('r0'));
+  await log.waitFor(/watching .* for changes/);
+  for (let i = 1; i <= ROUNDS; i++) {
+    replaceFile(fx, stateLine(`r${i}a`));
+    await sleep(i % 4); // 0-3 ms apart: the stimulus, not a wait for a result
+    replaceFile(fx, stateLine(`r${i}b`));
+    // The pause before the next round is the time this run takes.
+    await s.waitUntil(() => s.texts.at(-1) === stateLine(`r${i}b`), `round ${i}: the second save runs`);
+  }
+  t.ok(s.texts.length <= 1 + 2 * ROUNDS, 'at most one run per save');
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
+
+/** A --watch replay of one fixture (state `x`) with a watched callout file, after its first run. */
+async function watchWithCallout(t: Test, extra: Partial<WatchOptions> = {}) {
+  const dir = tempDir(t, 'replay-test-');
+  const fx = join(dir, 's.jsonl');
+  writeFileSync(fx, stateLine('x'));
+  const callout = join(dir, 'callout.sh');
+  writeFileSync(callout, '#!/bin/sh\n# 0\n');
+  const log = captureLog();
+  const s = gatedSink(true);
+  const ac = new AbortController();
+  const done = runWatch(opts([fx], { watchExtra: [callout], debounceMs: 20, logger: log.logger, ...extra }), s.sink, ac.signal);
+  t.teardown(() => ac.abort());
+  await s.waitFor(1);
+  await log.waitFor(/watching .* for changes/);
+  return { fx, callout, log, s, ac, done };
+}
+
+t.test('--watch on the callout file survives many rounds of two atomic saves milliseconds apart', async (t) => {
+  const { callout, s, ac, done } = await watchWithCallout(t);
+  for (let i = 1; i <= ROUNDS; i++) {
+    // The first save writes the content already in force (no run when read alone), the second a new one:
+    // exactly one run per round, and only if the second save is seen.
+    replaceFile(callout, `#!/bin/sh\n# ${i - 1}\n`);
+    await sleep(i % 4);
+    replaceFile(callout, `#!/bin/sh\n# ${i}\n`);
+    t.equal(await s.waitFor(1 + i), stateLine('x'), `round ${i}: the last state runs again`);
+  }
+  ac.abort();
+  await within(done, 'the watcher to stop');
+  t.equal(s.texts.length, 1 + ROUNDS, 'one run per round');
+});
+
+t.test('--watch: a callout deleted and recreated is still watched', async (t) => {
+  const { fx, callout, log, s, ac, done } = await watchWithCallout(t);
+  unlinkSync(callout);
+  await log.waitFor(new RegExp(`watch: unlink ${callout}`));
+  writeFileSync(callout, '#!/bin/sh\n# 1\n');
+  await s.waitFor(2);
+  writeFileSync(callout, '#!/bin/sh\n# 2\n');
+  await s.waitFor(3);
+  replaceFile(callout, '#!/bin/sh\n# 3\n');
+  await s.waitFor(4);
+  // Deleted and recreated at once (rm; cat > callout).
+  unlinkSync(callout);
+  writeFileSync(callout, '#!/bin/sh\n# 4\n');
+  await s.waitFor(5);
+  writeFileSync(callout, '#!/bin/sh\n# 5\n');
+  await s.waitFor(6);
+  // The fixture is still watched too.
+  replaceFile(fx, stateLine('y'));
+  t.equal(await s.waitFor(7), stateLine('y'));
+  ac.abort();
+  await within(done, 'the watcher to stop');
+  t.equal(s.texts.length, 7);
+});
+
+t.test('--watch with polling (network file systems): edits, atomic saves, the callout', async (t) => {
+  const { fx, callout, log, s, ac, done } = await watchWithCallout(t, { usePolling: true, pollIntervalMs: 50 });
+  t.equal(s.texts[0], stateLine('x'));
+  await log.waitFor(/watching .* for changes \(polling every 50 ms\)$/);
+  writeFileSync(fx, stateLine('p1'));
+  t.equal(await s.waitFor(2), stateLine('p1'), 'an in-place edit');
+  for (let i = 2; i <= 6; i++) {
+    replaceFile(fx, stateLine(`p${i}a`));
+    replaceFile(fx, stateLine(`p${i}`));
+    await s.waitUntil(() => s.texts.at(-1) === stateLine(`p${i}`), `polling round ${i}`);
+  }
+  const n = s.texts.length;
+  replaceFile(callout, '#!/bin/sh\n# 1\n');
+  t.equal(await s.waitFor(n + 1), stateLine('p6'), 'a callout change');
+  unlinkSync(callout);
+  await log.waitFor(new RegExp(`watch: poll ${callout}`));
+  writeFileSync(callout, '#!/bin/sh\n# 2\n');
+  t.equal(await s.waitFor(n + 2), stateLine('p6'), 'a callout deleted, then recreated');
+  unlinkSync(fx);
+  await log.waitFor(/s\.jsonl: gone; keeping its last good state/);
+  writeFileSync(fx, stateLine('back'));
+  t.equal(await s.waitFor(n + 3), stateLine('back'), 'a fixture deleted, then recreated');
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
