@@ -1,7 +1,10 @@
 // Shared by the benchmark scripts (bench/run.js, bench/callouts.js,
-// bench/codec.js): where the repository is, the machine line and the
-// RESULTS.md section each one records its table in.
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+// bench/codec.js, bench/kube.js): where the repository is, the machine line,
+// the RESULTS.md section each one records its table in, the floor of an
+// incremental run, and the CPU other processes take meanwhile.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -53,4 +56,85 @@ export function recordSection(heading, section) {
   }
   writeFileSync(resultsFile, text);
   console.log(`recorded in ${resultsFile}`);
+}
+
+/** The q-quantile (0..1) of an ascending array (nearest rank). */
+export const quantile = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))];
+
+/**
+ * The floor of an incremental run: spawn `file args` and hand it `lines` on
+ * stdin (corked writes, as the runner does), with no source and no runner
+ * around, `n` times. Each time is from spawn until stdin is written and
+ * closed, or, with `marker`, until the program first writes to stdout (the
+ * callout prints a marker at stdin EOF). Returns { p50, p99 } in ms.
+ */
+export async function handOverFloor(lines, n, { file = 'dd', args = ['of=/dev/null', 'bs=1M', 'status=none'], marker = false } = {}) {
+  const times = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = process.hrtime.bigint();
+    const child = spawn(file, args, { stdio: ['pipe', marker ? 'pipe' : 'ignore', 'ignore'], detached: true });
+    const written = new Promise((res) => {
+      child.stdin.cork();
+      for (const l of lines) child.stdin.write(l);
+      child.stdin.uncork();
+      child.stdin.end(res);
+    });
+    await (marker ? once(child.stdout, 'data') : written);
+    times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+    await once(child, 'exit');
+  }
+  times.sort((a, b) => a - b);
+  return { p50: quantile(times, 0.5), p99: quantile(times, 0.99) };
+}
+
+/**
+ * Watches, once a second, the CPU time other processes use (every process but
+ * this one and its descendants), so that a benchmark on a shared machine can
+ * say what it ran alongside. `take()` returns what was used since the last
+ * take: { total, top } in CPU seconds, `top` as "name 1.2 s" for each
+ * command name over 0.5 s. `stop()` ends the sampling.
+ */
+export function otherProcessesCpu({ intervalMs = 1000, ticksPerSecond = 100 } = {}) {
+  /** pid -> CPU ticks at the last sample. */
+  let last = new Map();
+  const used = new Map();
+  const sample = () => {
+    const procs = [];
+    for (const name of readdirSync('/proc')) {
+      if (!/^\d+$/.test(name)) continue;
+      try {
+        const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+        const close = stat.lastIndexOf(')');
+        const f = stat.slice(close + 2).split(' ');
+        // After "pid (comm) ": state ppid ... utime is field 14 of the whole line, stime 15.
+        procs.push({ pid: Number(name), comm: stat.slice(stat.indexOf('(') + 1, close), ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]) });
+      } catch {
+        // gone meanwhile
+      }
+    }
+    const children = new Map();
+    for (const p of procs) children.set(p.ppid, [...(children.get(p.ppid) ?? []), p.pid]);
+    const ours = new Set([process.pid]);
+    for (const pid of ours) for (const c of children.get(pid) ?? []) ours.add(c);
+    const now = new Map();
+    for (const p of procs) {
+      now.set(p.pid, p.ticks);
+      if (ours.has(p.pid) || last.size === 0) continue;
+      const delta = p.ticks - (last.get(p.pid) ?? 0);
+      if (delta > 0) used.set(p.comm, (used.get(p.comm) ?? 0) + delta / ticksPerSecond);
+    }
+    last = now;
+  };
+  sample();
+  const timer = setInterval(sample, intervalMs).unref();
+  return {
+    take() {
+      sample();
+      const top = [...used].filter(([, s]) => s >= 0.5).sort((a, b) => b[1] - a[1]);
+      const total = [...used.values()].reduce((a, b) => a + b, 0);
+      used.clear();
+      return { total, top: top.map(([name, s]) => `${name} ${s.toFixed(1)} s`) };
+    },
+    stop: () => clearInterval(timer),
+  };
 }

@@ -1,0 +1,413 @@
+#!/usr/bin/env node
+// The Kubernetes source at scale (npm run bench:kube, after npm run build).
+// Not a test: it measures what issue 11 sets targets for.
+//
+// For N = 1k, 5k, 10k and 20k Services with 10 endpoints each over 100 nodes,
+// a list/watch server (bench/kube-bench-server.js, its own process, on
+// loopback; 1 in 100 Services belongs to another service proxy and is not
+// selected) holds the cluster, and:
+//
+//   fetch        the reference: a plain node:http client GETs the three lists
+//                the source makes and reads the bodies, no parsing (median of
+//                5; the server's `fetch` command, see there).
+//   (a) once     `kpng-json kube --once --node-name node-7` as a child process:
+//                wall time from spawn to exit, peak RSS (/usr/bin/time, else
+//                VmHWM polling every 10 ms); its stdout must hold one line per
+//                selected Service and the endpoints node-7 sees.
+//   (b) idle     `kpng-callout kube --node-name node-7` with a callout that
+//                reads its stdin and says so on stderr: after the first run's
+//                "callout run finished" line, 3 s idle, then VmRSS and VmHWM
+//                from /proc.
+//   (c) latency  (10k only) `kpng-callout kube --debounce 0` with a callout
+//                that prints "x" at stdin EOF (through kpng-callout's
+//                stdout, read here): the server changes one EndpointSlice
+//                (MODIFIED on the watch), one at a time, waiting for each
+//                run; per change, the time from the server writing the event
+//                to the "x" arriving here. The floor: this process, grown to
+//                the daemon's RSS (fork copies page tables), spawns the same
+//                callout with the same stdin (kpng-json's output at 10k) and
+//                waits for its "x" (bench/lib.js handOverFloor).
+//                Clocks: process.hrtime (CLOCK_MONOTONIC) in both processes.
+//
+// Every child runs with NODE_OPTIONS unset. Per size, the CPU time other
+// processes used meanwhile is reported too (the machine may be shared). Prints
+// a markdown table and records it in bench/RESULTS.md in a section named after
+// --label (a section with the same heading is replaced; other sections are
+// kept), e.g. `npm run bench:kube -- --label "after (issue 11)"`. Options:
+//   --sizes 1000,5000,10000,20000   --runs 3 (runs of (a) per size)
+//   --samples 200 (changes in (c))  --latency-at 10000   --idle-seconds 3
+//   --label "before (issue 11)"     --note TEXT (added to the section)   --no-record
+//   --bin-root DIR   measure DIR/bin/kpng-json and DIR/bin/kpng-callout (a built
+//                    checkout of another commit) instead of this checkout's
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { changeable, expected } from './kube-bench-server.js';
+import { flag, handOverFloor, machine, opt, otherProcessesCpu, quantile, recordSection, root, runDate } from './lib.js';
+
+const SIZES = opt('--sizes', '1000,5000,10000,20000').split(',').map(Number);
+const RUNS = Number(opt('--runs', '3'));
+const SAMPLES = Number(opt('--samples', '200'));
+const LATENCY_AT = Number(opt('--latency-at', '10000'));
+const IDLE_S = Number(opt('--idle-seconds', '3'));
+const LABEL = opt('--label', 'before (issue 11)');
+const NOTE = opt('--note', '');
+/** Whose bin/kpng-json and bin/kpng-callout are measured (another checkout, e.g. a built snapshot of a commit). */
+const BIN_ROOT = opt('--bin-root', root);
+const RECORD = !flag('--no-record');
+const PER_SERVICE = 10;
+const NODE = 7;
+const NODE_NAME = `node-${NODE}`;
+/** The issue's targets (at 10,000 × 10). */
+const TARGET = { syncOverFetchMs: 1000, peakMiB: 200, idleMiB: 150, latencyRatio: 1.2 };
+
+const SECTION = `## Kubernetes source at scale: ${LABEL}`;
+const haveTime = existsSync('/usr/bin/time');
+const dir = mkdtempSync(join(os.tmpdir(), 'kpng-bench-kube-'));
+const env = { ...process.env };
+delete env.NODE_OPTIONS;
+
+/** Writes an executable shell script into the temp dir. */
+function script(name, body) {
+  const file = join(dir, name);
+  writeFileSync(file, `#!/bin/sh\n${body}\n`);
+  chmodSync(file, 0o755);
+  return file;
+}
+const IDLE_CALLOUT = script('idle-callout', 'cat >/dev/null\necho ran >&2');
+const MARKER_CALLOUT = script('marker-callout', 'cat >/dev/null\necho x');
+
+/** VmRSS and VmHWM of a live process, MiB. */
+function memory(pid) {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kib = (field) => Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)?.[1] ?? NaN);
+  return { rss: kib('VmRSS') / 1024, hwm: kib('VmHWM') / 1024 };
+}
+
+/** Lines arriving one by one (a child's output): `next` resolves with the first one matching, consuming those up to it. */
+function lineWaiter() {
+  const lines = [];
+  let wake;
+  return {
+    push(l) {
+      lines.push(l);
+      wake?.();
+    },
+    /** Forgets the lines received so far. */
+    drain() {
+      lines.length = 0;
+    },
+    async next(pred, ms, what) {
+      const deadline = performance.now() + ms;
+      for (;;) {
+        const i = lines.findIndex(pred);
+        if (i >= 0) return lines.splice(0, i + 1)[i];
+        const left = deadline - performance.now();
+        if (left <= 0) throw new Error(`timed out ${what}`);
+        await new Promise((r) => {
+          const t = setTimeout(r, left);
+          wake = () => {
+            clearTimeout(t);
+            r();
+          };
+        });
+      }
+    },
+  };
+}
+
+// ---------------------------------------------------------------- the server
+
+async function startServer(services) {
+  const child = spawn(process.execPath, [join(root, 'bench/kube-bench-server.js'), '--services', String(services), '--per-service', String(PER_SERVICE)], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+    env,
+  });
+  const out = lineWaiter();
+  createInterface({ input: child.stdout }).on('line', (l) => out.push(l));
+  const exited = once(child, 'exit').then(([code]) => {
+    throw new Error(`bench server exited (${code})`);
+  });
+  exited.catch(() => {});
+  const listening = await Promise.race([out.next((l) => l.startsWith('listening on '), 300_000, 'waiting for the bench server'), exited]);
+  const url = `http://${listening.slice('listening on '.length)}`;
+  const kubeconfig = join(dir, `kubeconfig-${services}`);
+  writeFileSync(
+    kubeconfig,
+    ['apiVersion: v1', 'kind: Config', 'clusters:', '- name: bench', '  cluster:', `    server: ${url}`, '    insecure-skip-tls-verify: true', 'users:', '- name: bench', '  user: {}', 'contexts:', '- name: bench', '  context: {cluster: bench, user: bench}', 'current-context: bench', ''].join('\n'),
+  );
+  return {
+    url,
+    kubeconfig,
+    /** The server's report lines, consumed by `next`. */
+    next: (pred, ms, what) => out.next(pred, ms, what),
+    drain: () => out.drain(),
+    send: (line) => child.stdin.write(line + '\n'),
+    async fetch() {
+      child.stdin.write('fetch 5\n');
+      const l = await out.next((x) => x.startsWith('fetched ') || x.startsWith('fetch-failed '), 120_000, 'fetching the lists');
+      if (l.startsWith('fetch-failed')) throw new Error(l);
+      const [median, min, max, bytes, wall] = l.split(' ').slice(1).map(Number);
+      return { median, min, max, bytes, wall };
+    },
+    async close() {
+      child.stdin.end('quit\n');
+      await once(child, 'exit');
+    },
+  };
+}
+
+// ---------------------------------------------------------------- (a)
+
+/** `kpng-json kube --once` once: wall ms, peak RSS MiB, stdout. */
+function runOnce(server) {
+  return new Promise((resolvePromise, reject) => {
+    const argv = [join(BIN_ROOT, 'bin/kpng-json'), 'kube', '--once', '--node-name', NODE_NAME, '-q'];
+    const [file, args] = haveTime ? ['/usr/bin/time', ['-f', 'peak-rss-kib %M', process.execPath, ...argv]] : [process.execPath, argv];
+    const chunks = [];
+    let stderr = '';
+    let hwm = 0;
+    const t0 = process.hrtime.bigint();
+    const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, KUBECONFIG: server.kubeconfig } });
+    child.stdout.on('data', (b) => chunks.push(b));
+    child.stderr.on('data', (b) => (stderr += b));
+    const poll = haveTime
+      ? undefined
+      : setInterval(() => {
+          try {
+            hwm = Math.max(hwm, memory(child.pid).hwm);
+          } catch {}
+        }, 10);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      const wall = Number(process.hrtime.bigint() - t0) / 1e6;
+      clearInterval(poll);
+      if (code !== 0) return reject(new Error(`kpng-json kube --once exited ${code}: ${stderr}`));
+      const m = /peak-rss-kib (\d+)/.exec(stderr);
+      resolvePromise({ wall, peakMiB: m ? Number(m[1]) / 1024 : hwm, stdout: Buffer.concat(chunks) });
+    });
+  });
+}
+
+/** Checks kpng-json's output against the cluster: one line per selected Service, the endpoints node-7 sees. */
+function check(stdout, services) {
+  const want = expected(services, PER_SERVICE, NODE);
+  const lines = stdout.toString('utf8').split('\n').filter((l) => l.length > 0);
+  let endpoints = 0;
+  for (const l of lines) endpoints += JSON.parse(l).Endpoints?.length ?? 0;
+  if (lines.length !== want.lines || endpoints !== want.endpoints)
+    throw new Error(`kpng-json printed ${lines.length} Services and ${endpoints} endpoints; the cluster has ${want.lines} and ${want.endpoints} for ${NODE_NAME}`);
+  return { lines: lines.length, endpoints };
+}
+
+// ---------------------------------------------------------------- the daemon
+
+/** Starts `kpng-callout kube` against the server; its stderr and stdout lines go to waiters. */
+function startDaemon(server, extra, callout) {
+  const child = spawn(process.execPath, [join(BIN_ROOT, 'bin/kpng-callout'), 'kube', '--node-name', NODE_NAME, '--callout', callout, ...extra], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...env, KUBECONFIG: server.kubeconfig },
+  });
+  const log = lineWaiter();
+  const logTail = [];
+  createInterface({ input: child.stderr }).on('line', (l) => {
+    log.push(l);
+    logTail.push(l);
+    if (logTail.length > 20) logTail.shift();
+  });
+  const exited = once(child, 'exit').then(([code, signal]) => {
+    throw new Error(`kpng-callout exited (${signal ?? code}): ${logTail.join('\n')}`);
+  });
+  exited.catch(() => {});
+  let stopping = false;
+  return {
+    child,
+    /** The next log line matching `pred` (fails when the daemon exits first). */
+    log: (pred, ms, what) => Promise.race([log.next(pred, ms, what), stopping ? new Promise(() => {}) : exited]),
+    async stop() {
+      stopping = true;
+      child.kill('SIGTERM');
+      if (child.exitCode === null && child.signalCode === null) await once(child, 'exit');
+    },
+  };
+}
+
+const FINISHED = (l) => l.includes('callout run finished');
+
+/** (b): the daemon's first run, then RSS after IDLE_S idle. */
+async function idle(server) {
+  const t0 = performance.now();
+  const d = startDaemon(server, [], IDLE_CALLOUT);
+  try {
+    await d.log(FINISHED, 300_000, 'waiting for the first callout run');
+    const firstRun = performance.now() - t0;
+    await new Promise((r) => setTimeout(r, IDLE_S * 1000));
+    return { firstRun, ...memory(d.child.pid) };
+  } finally {
+    await d.stop();
+  }
+}
+
+// ---------------------------------------------------------------- (c)
+
+async function latency(server, services, stdin) {
+  server.drain(); // "watch" lines of earlier clients
+  const d = startDaemon(server, ['--debounce', '0'], MARKER_CALLOUT);
+  const markers = [];
+  let wake;
+  d.child.stdout.on('data', (b) => {
+    const t = process.hrtime.bigint();
+    for (const c of b) if (c === 0x78) markers.push(t); // "x"
+    wake?.();
+  });
+  const marker = async (n, ms, what) => {
+    const deadline = performance.now() + ms;
+    while (markers.length < n) {
+      if (performance.now() > deadline) throw new Error(`timed out ${what}`);
+      await new Promise((r) => {
+        wake = r;
+        setTimeout(r, 100);
+      });
+    }
+    return markers[n - 1];
+  };
+  try {
+    await marker(1, 300_000, 'waiting for the first run');
+    await server.next((l) => l.startsWith('watch endpointslices '), 60_000, 'waiting for the slice watch');
+    const times = [];
+    let i = 0;
+    for (let k = 0; k < SAMPLES; k++) {
+      do i = (i + 7919) % services;
+      while (!changeable(i));
+      server.send(`change ${i}`);
+      const ev = await server.next((l) => l.startsWith('event '), 10_000, `waiting for the event of change ${k}`);
+      const [, , , hr, watchers] = ev.split(' ');
+      if (Number(watchers) !== 1) throw new Error(`change ${k} went to ${watchers} watches`);
+      const got = await marker(k + 2, 30_000, `waiting for the run of change ${k}`);
+      times.push(Number(got - BigInt(hr)) / 1e6);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    if (markers.length !== SAMPLES + 1) throw new Error(`${markers.length} runs for ${SAMPLES} changes and the first state`);
+    const daemonMem = memory(d.child.pid);
+    times.sort((a, b) => a - b);
+    // The floor, from a process of the daemon's size.
+    const ballast = Buffer.alloc(Math.max(0, Math.round((daemonMem.rss - process.memoryUsage().rss / 2 ** 20) * 2 ** 20)), 1);
+    const floorRss = process.memoryUsage().rss / 2 ** 20;
+    const floor = await handOverFloor([stdin], Math.min(SAMPLES, 200), { file: MARKER_CALLOUT, args: [], marker: true });
+    ballast.fill(0);
+    return { p50: quantile(times, 0.5), p99: quantile(times, 0.99), max: times[times.length - 1], floor, floorRss, daemonRss: daemonMem.rss, bytes: stdin.length };
+  } finally {
+    await d.stop();
+  }
+}
+
+// ---------------------------------------------------------------- main
+
+const loadBefore = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+const rows = [];
+let lat;
+// The machine may be shared: say how much CPU other processes took meanwhile.
+const others = otherProcessesCpu();
+try {
+  let warm = false;
+  for (const n of SIZES) {
+    others.take();
+    process.stderr.write(`${n} Services: starting the server...\n`);
+    const server = await startServer(n);
+    try {
+      const fetched = await server.fetch();
+      process.stderr.write(`  lists fetched in ${fetched.median.toFixed(0)} ms (${(fetched.bytes / 1e6).toFixed(1)} MB); kpng-json kube --once...\n`);
+      if (!warm) {
+        await runOnce(server); // the page cache
+        warm = true;
+      }
+      const runs = [];
+      let seen;
+      for (let r = 0; r < RUNS; r++) {
+        const res = await runOnce(server);
+        seen = check(res.stdout, n);
+        runs.push(res);
+      }
+      process.stderr.write('  idle daemon...\n');
+      const id = await idle(server);
+      let l;
+      if (n === LATENCY_AT) {
+        process.stderr.write(`  latency, ${SAMPLES} changes...\n`);
+        l = lat = { n, ...(await latency(server, n, runs[runs.length - 1].stdout)) };
+      }
+      const walls = runs.map((r) => r.wall).sort((a, b) => a - b);
+      const peaks = runs.map((r) => r.peakMiB).sort((a, b) => a - b);
+      const row = { n, seen, fetched, wall: quantile(walls, 0.5), wallMax: walls[walls.length - 1], peak: quantile(peaks, 0.5), peakMax: peaks[peaks.length - 1], outBytes: runs[0].stdout.length, ...id, others: others.take() };
+      rows.push(row);
+      process.stderr.write(
+        `  once ${(row.wall / 1000).toFixed(2)} s, peak ${row.peakMax.toFixed(0)} MiB; first run ${(id.firstRun / 1000).toFixed(2)} s, idle ${id.rss.toFixed(0)} MiB${l ? `; latency p50 ${l.p50.toFixed(1)} ms p99 ${l.p99.toFixed(1)} ms, floor ${l.floor.p50.toFixed(1)}/${l.floor.p99.toFixed(1)} ms` : ''}\n`,
+      );
+    } finally {
+      await server.close();
+    }
+  }
+} finally {
+  others.stop();
+  rmSync(dir, { recursive: true, force: true });
+}
+const loadAfter = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+
+// ---------------------------------------------------------------- the table
+
+const verdict = (ok) => (ok ? 'met' : '**missed**');
+const s = (ms) => `${(ms / 1000).toFixed(2)} s`;
+const mib = (x) => `${x.toFixed(0)} MiB`;
+const table = [
+  '| Services (seen by node-7) | endpoints (seen) | lists: fetch (MB) [client process] | `kpng-json kube --once`: wall, median (max) | ≤ fetch + 1.0 s | peak RSS, median (max) | ≤ 200 MiB | daemon: first run done | idle RSS (VmHWM) | ≤ 150 MiB | CPU of other processes meanwhile |',
+  '|---:|---:|---:|---:|---|---:|---|---:|---:|---|---|',
+  ...rows.map((r) =>
+    [
+      `${r.n.toLocaleString('en-US')} (${r.seen.lines.toLocaleString('en-US')})`,
+      `${(r.n * PER_SERVICE).toLocaleString('en-US')} (${r.seen.endpoints.toLocaleString('en-US')})`,
+      `${r.fetched.median.toFixed(0)} ms (${(r.fetched.bytes / 1e6).toFixed(1)}) [${r.fetched.wall.toFixed(0)} ms]`,
+      `${s(r.wall)} (${s(r.wallMax)})`,
+      `${verdict(r.wall <= r.fetched.median + TARGET.syncOverFetchMs)} (${s(r.fetched.median + TARGET.syncOverFetchMs)})`,
+      `${mib(r.peak)} (${mib(r.peakMax)})`,
+      verdict(r.peakMax <= TARGET.peakMiB),
+      s(r.firstRun),
+      `${mib(r.rss)} (${mib(r.hwm)})`,
+      verdict(r.rss <= TARGET.idleMiB),
+      `${r.others.total.toFixed(1)} s${r.others.top.length > 0 ? ` (${r.others.top.join(', ')})` : ''}`,
+    ].join(' | '),
+  ).map((l) => `| ${l} |`),
+].join('\n');
+const latTable = lat
+  ? [
+      '',
+      `| at ${lat.n.toLocaleString('en-US')} Services, \`--debounce 0\`, ${SAMPLES} changes | p50 | p99 | max |`,
+      '|---|---:|---:|---:|',
+      `| one EndpointSlice MODIFIED written → callout's marker at stdin EOF received | ${lat.p50.toFixed(1)} ms | ${lat.p99.toFixed(1)} ms | ${lat.max.toFixed(1)} ms |`,
+      `| floor: spawn the same callout with the same ${(lat.bytes / 1e6).toFixed(1)} MB stdin from a ${mib(lat.floorRss)} process (the daemon: ${mib(lat.daemonRss)}) | ${lat.floor.p50.toFixed(1)} ms | ${lat.floor.p99.toFixed(1)} ms | |`,
+      `| ratio (target ≤ ${TARGET.latencyRatio}×) | ${(lat.p50 / lat.floor.p50).toFixed(2)}× ${verdict(lat.p50 <= TARGET.latencyRatio * lat.floor.p50)} | ${(lat.p99 / lat.floor.p99).toFixed(2)}× ${verdict(lat.p99 <= TARGET.latencyRatio * lat.floor.p99)} | |`,
+    ].join('\n')
+  : '';
+console.log(table + '\n' + latTable);
+
+const section = `${SECTION}
+
+Run on ${runDate()} UTC, ${machine()}; load average ${loadBefore} before, ${loadAfter} after.${BIN_ROOT !== root ? ` Binaries measured: ${BIN_ROOT}/bin.` : ''}
+\`npm run bench:kube\` (bench/kube.js): a list/watch server (bench/kube-bench-server.js, its own process, on
+loopback, bodies serialised once, uncompressed) holds N Services (ClusterIP, two ports; 1 in 10 with external IPs,
+1 in 50 IPv6, 1 in 10 topology-aware; 1 in 100 for another service proxy, not selected) and one EndpointSlice of
+${PER_SERVICE} endpoints per Service over 100 Nodes. "Lists: fetch" is a plain node:http client getting the three lists the
+source makes (concurrently, bodies read whole, not parsed), median of 5, from its first request to its last byte:
+the reference of the first target ("client process": that client from spawn to exit, node's start-up included).
+\`kpng-json kube --once --node-name node-7\`: spawn to exit, median of ${RUNS} (peak RSS: ${haveTime ? '/usr/bin/time' : 'VmHWM polled every 10 ms'}); its
+output is checked (one line per selected Service, the endpoints node-7 sees). The daemon: \`kpng-callout kube\`
+(default debounce) with a callout reading its stdin; "first run done" is from spawn to its "callout run finished"
+line, then RSS after ${IDLE_S} s idle (/proc VmRSS). Targets are the issue's, for 10,000 × 10 on 2 cores; the other
+sizes are for sizing the pod. The last column is the CPU time processes other than the benchmark's used while
+each size was measured (the machine may be shared; 0 is a clean run).
+
+${table}
+${latTable}
+${NOTE ? `\n${NOTE}\n` : ''}`;
+if (RECORD && rows.length > 0) recordSection(SECTION, section);
