@@ -3,6 +3,7 @@
  * a broken stdout, `--once-timeout` and the metrics server around it.
  * Resolves with the exit status; never exits the process itself.
  */
+import { DEFAULTS } from './defaults.js';
 import { CalloutError } from './errors.js';
 import type { Logger } from './log.js';
 import type { Metrics } from './metrics/metrics.js';
@@ -13,6 +14,7 @@ import { Runner } from './runner/runner.js';
 import type { Source, StateSink } from './source.js';
 import type { State } from './state.js';
 import { constants as osConstants } from 'node:os';
+import { createIdleCompactor } from './memory.js';
 
 /** Which program is running: the callout runner or the JSON printer. */
 export type Tool = 'kpng-callout' | 'kpng-json';
@@ -218,9 +220,12 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
     }
   }
   const mt = metrics;
+  // Give back the heap a burst of ingest grew, once things are quiet (src/memory.ts).
+  const compactor = createIdleCompactor({ quietMs: DEFAULTS.idleGcQuietMs });
   const sink: StateSink = {
     push: (state) => {
       delivered = true;
+      compactor.poke();
       if (common.verbosity >= 2) log.debug('state received', { services: state.services, endpoints: state.endpoints, bytes: state.bytes, input: state.origin });
       mt?.onState(state);
       return deliver(state);
@@ -235,6 +240,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
     failure = err;
   } finally {
     clearTimeout(onceTimer);
+    compactor.stop();
     if (runner) {
       if (stopping || stdoutClosed) await runner.stop();
       else {

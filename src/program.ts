@@ -144,7 +144,7 @@ export function buildProgram(tool: Tool, io: CliIO, out: ErrorOutput, done: (p: 
     // A stray word is most likely a mistyped command: say so rather than "too many arguments".
     .allowExcessArguments(true);
   addKpngOptions(addCommonOptions(program, tool, version));
-  program.action((o: CommonFlags & KpngFlags, cmd: Command) => {
+  program.action(async (o: CommonFlags & KpngFlags, cmd: Command) => {
     const word = cmd.args[0];
     if (word !== undefined) {
       const hint = suggestCommand(word);
@@ -152,7 +152,7 @@ export function buildProgram(tool: Tool, io: CliIO, out: ErrorOutput, done: (p: 
     }
     const common = commonFrom(o, io, tool);
     const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
-    const source = kpngSourceFrom(o, common);
+    const source = await kpngSourceFrom(o, common);
     done(runPipeline({ tool, sourceName: 'kpng', source, common, runner, mode: 'live', version }, io));
   });
 

@@ -121,6 +121,8 @@ export class Store {
   private readonly services = new Map<string, SvcEntry>();
   /** Service path -> its endpoints, keyed by their full path (same order as by key: one prefix). */
   private readonly endpoints = new Map<string, Map<string, EpValue>>();
+  /** Service path -> the JSON of all its endpoints, in path order, set at once (`setEndpointsJson`). */
+  private readonly wholes = new Map<string, readonly string[]>();
   /** The group the last endpoint op went to: streams send a Service's endpoints together. */
   private lastSvc = '';
   private lastGroup: Map<string, EpValue> | undefined;
@@ -190,6 +192,21 @@ export class Store {
     return true;
   }
 
+  /**
+   * Sets every endpoint of the Service `path` at once, encoded and in path
+   * order; an empty list drops them. For a source that recomputes a
+   * Service's endpoints as a whole (the Kubernetes API source): the store
+   * keeps the list as given, not an entry per endpoint (at 10,000 Services ×
+   * 10 endpoints the per-endpoint paths and maps took ~10 MB). Not mixed
+   * with setEndpoint* / deleteEndpoint for one Service; not reported as
+   * orphans.
+   */
+  setEndpointsJson(path: string, jsons: readonly string[]): void {
+    if (jsons.length > 0) this.wholes.set(path, jsons);
+    else if (!this.wholes.delete(path)) return;
+    this.dirty.add(path);
+  }
+
   deleteEndpoint(path: string): void {
     const svc = serviceOfEndpoint(path);
     if (svc === undefined) return;
@@ -207,6 +224,7 @@ export class Store {
   reset(): void {
     this.services.clear();
     this.endpoints.clear();
+    this.wholes.clear();
     this.dirty.clear();
     this.lastGroup = undefined;
     this.ordered = true;
@@ -224,14 +242,16 @@ export class Store {
       entry.value = undefined;
     }
     const group = this.endpoints.get(path);
-    const eps: string[] = [];
+    let eps: readonly string[] = this.wholes.get(path) ?? [];
     if (group) {
+      const list: string[] = [];
       const keys = sortedPaths([...group.keys()]);
       for (const k of keys) {
         let v = group.get(k)!;
         if (typeof v !== 'string') group.set(k, (v = flat(encodeEndpoint(v))));
-        eps.push(v);
+        list.push(v);
       }
+      eps = list;
     }
     entry.eps = eps.length;
     return (entry.line = Buffer.from(encodeLine(entry.json, eps)));

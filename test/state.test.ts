@@ -3,7 +3,7 @@
  * per-Service lines.
  */
 import t from 'tap';
-import { encodeServiceEndpoints } from '../src/gojson.js';
+import { encodeEndpoint, encodeServiceEndpoints } from '../src/gojson.js';
 import type { Endpoint, Service } from '../src/model.js';
 import { comparePaths, emptyState, sameState, splitEndpointPath, stateFromItems, stateText, Store } from '../src/state.js';
 
@@ -103,6 +103,31 @@ t.test('orphans are reported and skipped; reset empties', async (t) => {
   t.equal(store.serviceCount, 0);
   store.setService('default/z', svc('z'));
   t.equal(stateText(store.snapshot()), line(svc('z'), []));
+});
+
+t.test("a Service's endpoints set as a whole: in the order given, replaced, dropped", async (t) => {
+  const store = new Store();
+  const json = (ip: string) => encodeEndpoint(ep(ip));
+  store.setService('default/a', svc('a'));
+  store.setService('default/b', svc('b'));
+  store.setEndpointsJson('default/a', [json('10.0.0.2'), json('10.0.0.1')]);
+  const s1 = store.snapshot();
+  t.equal(stateText(s1), line(svc('a'), [ep('10.0.0.2'), ep('10.0.0.1')]) + line(svc('b'), []));
+  t.equal(s1.endpoints, 2);
+  store.setEndpointsJson('default/a', [json('10.0.0.3')]);
+  const s2 = store.snapshot();
+  t.equal(s2.lines[1], s1.lines[1], 'b kept');
+  t.equal(s2.lines[0]!.toString(), line(svc('a'), [ep('10.0.0.3')]));
+  store.setService('default/a', svc('a', { Type: 'NodePort' }));
+  t.equal(store.snapshot().lines[0]!.toString(), line(svc('a', { Type: 'NodePort' }), [ep('10.0.0.3')]), 'kept across a Service change');
+  store.setEndpointsJson('default/a', []);
+  store.setEndpointsJson('default/b', []); // none: nothing to do
+  const s3 = store.snapshot();
+  t.equal(stateText(s3), line(svc('a', { Type: 'NodePort' }), []) + line(svc('b'), []));
+  t.equal(s3.endpoints, 0);
+  t.equal(store.snapshot(), s3);
+  store.setEndpointsJson('default/ghost', [json('10.0.0.9')]);
+  t.equal(stateText(store.snapshot()), stateText(s3), 'without its Service: not in the state');
 });
 
 t.test('stateFromItems keeps the given order', async (t) => {

@@ -9,7 +9,6 @@ import { CalloutError, usageError } from '../errors.js';
 import { parseHostPort, parseSize, type Address } from '../options.js';
 import type { CommonOptions } from '../pipeline.js';
 import type { Source } from '../source.js';
-import { createKpngSource } from '../sources/kpng.js';
 import { duration } from './common.js';
 
 /** Raw values of the kpng options (typed by argParser). */
@@ -50,8 +49,8 @@ function readOptFile(option: string, path: string): Buffer {
   }
 }
 
-/** Builds the kpng gRPC source from validated options. */
-export function kpngSourceFrom(o: KpngFlags, common: CommonOptions): Source {
+/** Builds the kpng gRPC source from validated options; grpc-js and protobufjs load only now (the other sources don't need them). */
+export async function kpngSourceFrom(o: KpngFlags, common: CommonOptions): Promise<Source> {
   if ((o.tlsCrt === undefined) !== (o.tlsKey === undefined)) {
     const [given, missing] = o.tlsCrt !== undefined ? ['--tls-crt', '--tls-key'] : ['--tls-key', '--tls-crt'];
     throw usageError(given, String(o.tlsCrt ?? o.tlsKey), `mutual TLS needs ${missing} too`);
@@ -64,6 +63,7 @@ export function kpngSourceFrom(o: KpngFlags, common: CommonOptions): Source {
         key: o.tlsKey !== undefined ? readOptFile('--tls-key', o.tlsKey) : undefined,
       }
     : undefined;
+  const { createKpngSource } = await import('../sources/kpng.js');
   return createKpngSource({
     api: o.api.text,
     nodeName: common.nodeName,

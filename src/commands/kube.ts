@@ -23,7 +23,7 @@ export function addKubeOptions(cmd: Command): Command {
     );
 }
 
-/** Builds the kube source; the Kubernetes client is loaded only now (it costs start-up time the other sources don't need). */
+/** Builds the kube source; its modules are loaded only now (start-up time the other sources don't need). */
 export async function kubeSourceFrom(o: KubeFlags, common: CommonOptions, env: NodeJS.ProcessEnv): Promise<Source> {
   const filter = serviceFilterFrom(o);
   const { createKubeSource, loadKubeConfig } = await import('../sources/kube.js');

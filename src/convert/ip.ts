@@ -17,6 +17,7 @@ type Family = 4 | 6;
 /** ::ffff:0:0/96, the IPv4-mapped addresses, which Go's `To4` (and so kpng) files as IPv4. */
 const ipv4Mapped = new BlockList();
 ipv4Mapped.addSubnet('::ffff:0:0', 96, 'ipv6');
+const hasFfff = /ffff/i;
 
 /**
  * The family kpng files an address under: 4 for IPv4 and IPv4-mapped IPv6
@@ -27,7 +28,9 @@ function ipFamily(s: string): Family | undefined {
   const f = isIP(s);
   if (f === 4) return 4;
   if (f !== 6 || s.includes('%')) return undefined;
-  return ipv4Mapped.check(s, 'ipv6') ? 4 : 6;
+  // A mapped address spells out its ffff group (at most four digits a group);
+  // the BlockList check costs a SocketAddress per call, so only then.
+  return hasFfff.test(s) && ipv4Mapped.check(s, 'ipv6') ? 4 : 6;
 }
 
 function insertSorted(list: string[], s: string): void {
@@ -35,14 +38,19 @@ function insertSorted(list: string[], s: string): void {
   let i = list.length;
   while (i > 0 && list[i - 1]! > s) i--;
   if (i > 0 && list[i - 1] === s) return;
-  list.splice(i, 0, s);
+  if (i === list.length) list.push(s);
+  else list.splice(i, 0, s);
 }
 
 /** Adds an address to `set` (kpng `IPSet.Add`); returns false when the address was dropped. */
 export function addIP(set: IPSet, s: string): boolean {
   const f = ipFamily(s);
   if (f === undefined) return false;
-  insertSorted(f === 4 ? (set.V4 ??= []) : (set.V6 ??= []), s);
+  const list = f === 4 ? set.V4 : set.V6;
+  // A new list as a literal of one: an empty one grows to room for 17 on its first push (one address per endpoint is the rule).
+  if (list) insertSorted(list, s);
+  else if (f === 4) set.V4 = [s];
+  else set.V6 = [s];
   return true;
 }
 

@@ -125,7 +125,7 @@ export function convertObjects(objects: readonly unknown[], opts: ConvertOptions
     const group = slices.get(path);
     if (!group) continue;
     slices.delete(path);
-    for (const [key, ep] of endpointsOf(svc, group)) store.setEndpoint(`${path}/${key}`, ep);
+    for (const [key, json] of endpointsOf(svc, group)) store.setEndpointJson(`${path}/${key}`, json);
   }
   for (const [path, group] of slices) {
     endpointsOf({}, group); // type-checks them all the same

@@ -4,11 +4,15 @@
  * EndpointSlices and this node's Node, and publishes the node-local state
  * kpng's server would have sent to this node (see shared/kpng-localv1.md).
  *
- * This module wires three parts, each in src/sources/kube/:
+ * This module wires the parts, each in src/sources/kube/:
  * - config.ts: where the API configuration comes from (loadKubeConfig);
+ * - auth.ts + http.ts: TLS, credentials and requests to the API server;
  * - node-view.ts: the objects -> this node's state, pure and incremental;
- * - supervisor.ts + informer.ts: the list/watch loops, their health, status
+ * - supervisor.ts + list-watch.ts: the list/watch loops, their health, status
  *   and restarts (failures.ts words what went wrong).
+ *
+ * The full @kubernetes/client-node is not loaded on the usual paths (its
+ * import costs ~0.5 s and ~70 MB RSS, measured): see config.ts and auth.ts.
  *
  * Behaviour that matters to callers:
  * - nothing is pushed before every initial list completed, so the first
@@ -26,14 +30,16 @@
  *   once a minute, at debug level in between.
  */
 import { DEFAULTS } from '../defaults.js';
-import { CoreV1Api, DiscoveryV1Api, type KubeConfig, type KubernetesObject, type V1EndpointSlice, type V1Node, type V1Service } from '@kubernetes/client-node';
 import type { BackoffBounds } from '../backoff.js';
-import { LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME } from '../convert/kube-objects.js';
+import { LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME, type KubeEndpointSlice, type KubeNode, type KubeService } from '../convert/kube-objects.js';
 import type { GlobFilter } from '../convert/glob.js';
 import { silentLogger, type Logger } from '../log.js';
 import type { Source, StateSink } from '../source.js';
 import { sameState, type State } from '../state.js';
-import { addInformer, type InformerOptions } from './kube/informer.js';
+import { credentialsFor } from './kube/auth.js';
+import type { LoadedKubeConfig } from './kube/config.js';
+import { ApiClient } from './kube/http.js';
+import { addListWatch, type ApiObject, type ListWatchOptions } from './kube/list-watch.js';
 import { NodeView } from './kube/node-view.js';
 import { ListWatchSupervisor } from './kube/supervisor.js';
 
@@ -57,7 +63,7 @@ export function serviceLabelSelector(serviceProxyName?: string): string {
 
 /** Options of {@link createKubeSource}. The CLI validates them. */
 export interface KubeSourceOptions {
-  kubeConfig: KubeConfig;
+  kubeConfig: LoadedKubeConfig;
   /** Where the configuration came from, for the start-up log line. */
   configFrom?: string | undefined;
   /** The node whose view is computed (Local, traffic policies, zone). */
@@ -75,7 +81,7 @@ export interface KubeSourceOptions {
   backoff?: BackoffBounds | undefined;
   /**
    * Server-side watch timeout asked for (s); the server ends the watch cleanly
-   * and the informer resumes from its resourceVersion. A watch silent for
+   * and the loop resumes from its resourceVersion. A watch silent for
    * longer than this plus a minute (or twice this, when shorter) is taken as
    * dead and restarted.
    * Default: random in 5..10 min, as client-go does.
@@ -97,6 +103,10 @@ function runKube(options: KubeSourceOptions, sink: StateSink, signal: AbortSigna
   const { nodeName, serviceProxyName } = options;
   const selector = serviceLabelSelector(serviceProxyName);
   const view = new NodeView({ nodeName, serviceProxyName, labels: options.labels, annotations: options.annotations, logger: log });
+  const credentials = credentialsFor(kc);
+  // A failure to get credentials (an import that fails) surfaces on each request, as a failed list.
+  void credentials.then((c) => log.debug('kube API credentials', { via: c.via }), () => {});
+  const client = new ApiClient({ server, credentials });
   let flushQueued = false;
   let lastPushed: State | undefined;
   let announcedSync = false;
@@ -115,6 +125,7 @@ function runKube(options: KubeSourceOptions, sink: StateSink, signal: AbortSigna
       if (supervisor.isStopped) return;
       signal.removeEventListener('abort', stop);
       supervisor.stop();
+      client.close();
       resolve();
     };
 
@@ -146,29 +157,23 @@ function runKube(options: KubeSourceOptions, sink: StateSink, signal: AbortSigna
 
     const { min, max } = DEFAULT_WATCH_TIMEOUT_S;
     const timeoutSeconds = (): number => options.watchTimeoutSeconds ?? Math.floor(min + Math.random() * (max - min));
-    /** Watches one resource; its objects go to the view's `set` or `del`. */
-    const watch = <T extends KubernetesObject>(
-      where: Pick<InformerOptions<T>, 'resource' | 'group' | 'path' | 'list' | 'labelSelector' | 'fieldSelector'>,
-      set: (obj: T) => boolean,
-      del: (obj: T) => boolean,
-    ): void => {
-      addInformer<T>({ ...where, kubeConfig: kc, supervisor, server, logger: log, timeoutSeconds, onObject: (o, deleted) => changed(deleted ? del(o) : set(o)) });
+    /** Watches one resource; its objects (parsed JSON, typed by convert/kube-objects.ts) go to the view's `set` or `del`. */
+    const watch = <T>(where: Pick<ListWatchOptions, 'resource' | 'group' | 'path' | 'labelSelector' | 'fieldSelector'>, set: (obj: T) => boolean, del: (obj: T) => boolean): void => {
+      addListWatch({ ...where, client, supervisor, server, logger: log, timeoutSeconds, onObject: (o: ApiObject, deleted) => changed(deleted ? del(o as T) : set(o as T)) });
     };
-    const core = kc.makeApiClient(CoreV1Api);
-    const discovery = kc.makeApiClient(DiscoveryV1Api);
     const onlyThisNode = `metadata.name=${nodeName}`;
-    watch<V1Service>(
-      { resource: 'services', group: '', path: '/api/v1/services', labelSelector: selector, list: () => core.listServiceForAllNamespaces({ labelSelector: selector }) },
+    watch<KubeService>(
+      { resource: 'services', group: '', path: '/api/v1/services', labelSelector: selector },
       (o) => view.setService(o),
       (o) => view.deleteService(o),
     );
-    watch<V1EndpointSlice>(
-      { resource: 'endpointslices', group: 'discovery.k8s.io', path: '/apis/discovery.k8s.io/v1/endpointslices', list: () => discovery.listEndpointSliceForAllNamespaces() },
+    watch<KubeEndpointSlice>(
+      { resource: 'endpointslices', group: 'discovery.k8s.io', path: '/apis/discovery.k8s.io/v1/endpointslices' },
       (o) => view.setSlice(o),
       (o) => view.deleteSlice(o),
     );
-    watch<V1Node>(
-      { resource: 'nodes', group: '', path: '/api/v1/nodes', fieldSelector: onlyThisNode, list: () => core.listNode({ fieldSelector: onlyThisNode }) },
+    watch<KubeNode>(
+      { resource: 'nodes', group: '', path: '/api/v1/nodes', fieldSelector: onlyThisNode },
       (o) => view.setNode(o),
       (o) => view.deleteNode(o),
     );

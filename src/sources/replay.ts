@@ -14,7 +14,7 @@ import { silentLogger, type Logger } from '../log.js';
 import type { Source, StateSink } from '../source.js';
 import type { State } from '../state.js';
 import type { FixtureOptions } from './fixture.js';
-import { expandPaths, parseSlot, readSlot, warnIfEmpty } from './replay/fixtures.js';
+import { expandPaths, loadSlot, warnIfEmpty } from './replay/fixtures.js';
 import { runWatch } from './replay/watch.js';
 
 /** Options of `createReplaySource`. */
@@ -62,7 +62,7 @@ export function createReplaySource(options: ReplayOptions): Source {
     // Read everything first: a bad fixture fails before any run.
     const states: State[] = [];
     for (const s of slots) {
-      states.push(parseSlot(s, await readSlot(s, opts.stdin), opts));
+      states.push(await loadSlot(s, opts));
       if (opts.once) break;
     }
     for (const st of states) {

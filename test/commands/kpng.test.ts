@@ -33,7 +33,7 @@ const webText = stateText(stateFromItems([{ Service: web, Endpoints: [] }]));
 
 /** Runs `kpngSourceFrom(o)` with --once against `server`; resolves with the text of the one state. */
 async function firstState(t: Test, o: KpngFlags, server: KpngTestServer): Promise<string> {
-  const source = kpngSourceFrom(o, commonOptions({ nodeName: 'vm-7', once: true }));
+  const source = await kpngSourceFrom(o, commonOptions({ nodeName: 'vm-7', once: true }));
   const sink = recordingSink();
   const ac = new AbortController();
   t.teardown(() => ac.abort());
@@ -56,9 +56,9 @@ t.test('options: defaults from DEFAULTS, values typed by their parsers', async (
 
 t.test('--tls-crt and --tls-key go together', async (t) => {
   const common = commonOptions();
-  t.throws(() => kpngSourceFrom(flags(['--tls-crt', '/c.pem']), common), { code: 'usage', message: '--tls-crt /c.pem: mutual TLS needs --tls-key too' });
-  t.throws(() => kpngSourceFrom(flags(['--tls-key', '/k.pem']), common), { code: 'usage', message: '--tls-key /k.pem: mutual TLS needs --tls-crt too' });
-  t.throws(() => kpngSourceFrom(flags(['--tls-ca', '/ca.pem', '--tls-key', '/k.pem']), common), { code: 'usage', message: /mutual TLS needs --tls-crt too/ }, 'a CA does not stand in for the certificate');
+  await t.rejects(() => kpngSourceFrom(flags(['--tls-crt', '/c.pem']), common), { code: 'usage', message: '--tls-crt /c.pem: mutual TLS needs --tls-key too' });
+  await t.rejects(() => kpngSourceFrom(flags(['--tls-key', '/k.pem']), common), { code: 'usage', message: '--tls-key /k.pem: mutual TLS needs --tls-crt too' });
+  await t.rejects(() => kpngSourceFrom(flags(['--tls-ca', '/ca.pem', '--tls-key', '/k.pem']), common), { code: 'usage', message: /mutual TLS needs --tls-crt too/ }, 'a CA does not stand in for the certificate');
 });
 
 t.test('a TLS file that cannot be read is a usage error at startup, naming the flag', async (t) => {
@@ -71,9 +71,9 @@ t.test('a TLS file that cannot be read is a usage error at startup, naming the f
     [['--tls-crt', join(dir, 'nope.crt'), '--tls-key', pem], `--tls-crt ${join(dir, 'nope.crt')}: cannot read file (ENOENT)`],
     [['--tls-crt', pem, '--tls-key', join(dir, 'nope.key')], `--tls-key ${join(dir, 'nope.key')}: cannot read file (ENOENT)`],
   ];
-  for (const [args, message] of cases) t.throws(() => kpngSourceFrom(flags(args), common), { name: 'CalloutError', code: 'usage', message }, args.join(' '));
+  for (const [args, message] of cases) await t.rejects(() => kpngSourceFrom(flags(args), common), { name: 'CalloutError', code: 'usage', message }, args.join(' '));
   // Readable files are only read here: what is in them is the source's to judge, when it runs.
-  t.doesNotThrow(() => kpngSourceFrom(flags(['--tls-ca', pem]), common));
+  await t.resolves(() => kpngSourceFrom(flags(['--tls-ca', pem]), common));
 });
 
 t.test('the source built from the options watches our node on --api, plain', async (t) => {

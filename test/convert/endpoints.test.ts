@@ -4,7 +4,9 @@
  */
 import t from 'tap';
 import { marshalEndpoint } from '../../src/codec.js';
-import { convertEndpoints } from '../../src/convert/endpoints.js';
+import { compileSlice, convertEndpoints, nodeEndpoints, sameSlice } from '../../src/convert/endpoints.js';
+import { ConversionError } from '../../src/convert/fields.js';
+import { encodeEndpoint } from '../../src/gojson.js';
 import type { KubeEndpointSlice, KubeService } from '../../src/convert/kube-objects.js';
 import { xxh64 } from '../../src/convert/xxhash.js';
 import type { Endpoint } from '../../src/model.js';
@@ -145,4 +147,102 @@ kind: Node
 metadata: {name: node-b, labels: {topology.kubernetes.io/zone: z1}}
 `;
   t.same(ips(convert(svcYaml() + slice + other)), ['10.1.0.3', '10.1.0.4'], "another node's zone does not count");
+});
+
+t.test('compiled slices: each endpoint JSON is what gojson prints for the endpoint, whatever its fields', async (t) => {
+  const mk = (ports: unknown, endpoints: unknown[]): KubeEndpointSlice => ({ metadata: { name: 's' }, ports, endpoints } as KubeEndpointSlice);
+  const endpoints = [
+    { addresses: ['10.1.0.1'], nodeName: 'node-a' },
+    { addresses: ['10.1.0.2', '10.1.0.1'], hostname: 'web-0', nodeName: 'node-b' },
+    { addresses: ['fd00::2', '10.1.0.3'], hostname: 'wéb<&>"\\1' },
+    { addresses: ['not-an-ip'] },
+    { addresses: [] },
+    {},
+  ];
+  for (const ports of [undefined, [], [{ name: 'http', port: 8080 }, { port: 9090 }, {}]]) {
+    for (const [internalLocal, externalLocal] of [[false, false], [true, false], [false, true], [true, true]] as const) {
+      const got = nodeEndpoints([compileSlice(mk(ports, endpoints), 'node-a')], { internalLocal, externalLocal }, undefined, () => t.fail('no error'));
+      // The same endpoints built as the model and printed by gojson.
+      const want = endpoints.flatMap((e: { addresses?: string[]; hostname?: string; nodeName?: string }) => {
+        const local = e.nodeName === 'node-a';
+        const internal = local || !internalLocal;
+        const external = local || !externalLocal;
+        if (!internal && !external) return [];
+        const ips: Record<string, string[]> = {};
+        for (const a of [...(e.addresses ?? [])].sort()) if (a !== 'not-an-ip') (a.includes(':') ? (ips.V6 ??= []) : (ips.V4 ??= [])).push(a);
+        const pos = (ports as Array<{ name?: string; port?: number }> | undefined)?.map((p) => ({ ...(p.name ? { Name: p.name } : {}), ...(p.port ? { Port: p.port } : {}) }));
+        return [
+          encodeEndpoint({
+            ...(e.hostname ? { Hostname: e.hostname } : {}),
+            ...(e.addresses && e.addresses.length > 0 ? { IPs: ips } : {}),
+            ...(local ? { Local: true } : {}),
+            ...(pos && pos.length > 0 ? { PortOverrides: pos } : {}),
+            Scopes: { ...(internal ? { Internal: true } : {}), ...(external ? { External: true } : {}) },
+          }),
+        ];
+      });
+      // Identical ones collapse (the last two).
+      t.same(got.map((e) => e.head + e.tail).sort(), [...new Set(want)].sort(), JSON.stringify([ports, internalLocal, externalLocal]));
+    }
+  }
+});
+
+t.test('compiled slices: an update that changes nothing a node sees is the same slice', async (t) => {
+  type Ep = { addresses?: string[]; conditions?: { ready?: boolean }; nodeName?: string; hints?: unknown; targetRef?: unknown };
+  const mk = (eps: Ep[], port = 8080): KubeEndpointSlice => ({ metadata: { name: 's' }, ports: [{ name: 'http', port }], endpoints: eps } as KubeEndpointSlice);
+  const base: Ep[] = [
+    { addresses: ['10.1.0.1'], nodeName: 'node-a', targetRef: { name: 'p1' } },
+    { addresses: ['10.1.0.2'], conditions: { ready: false } },
+    { addresses: ['10.1.0.3'], hints: { forZones: [{ name: 'z1' }] } },
+  ];
+  const a = compileSlice(mk(base), 'node-a');
+  t.equal(a.zoned, true);
+  t.ok(sameSlice(a, compileSlice(mk(base), 'node-a', a)), 'identical');
+  t.ok(sameSlice(a, compileSlice(mk([{ ...base[0]!, targetRef: { name: 'p9' } }, { ...base[1]!, addresses: ['10.9.9.9'] }, base[2]!]), 'node-a', a)), 'only what no node reads, and a not-ready endpoint');
+  t.notOk(sameSlice(a, compileSlice(mk([{ ...base[0]!, addresses: ['10.1.0.9'] }, base[1]!, base[2]!]), 'node-a', a)), 'an address');
+  t.notOk(sameSlice(a, compileSlice(mk(base, 8081), 'node-a', a)), 'the ports');
+  t.notOk(sameSlice(a, compileSlice(mk([base[0]!, base[1]!, { ...base[2]!, hints: { forZones: [{ name: 'z2' }] } }]), 'node-a', a)), 'a hint');
+  t.notOk(sameSlice(a, compileSlice(mk([base[0]!, base[1]!]), 'node-a', a)), 'an endpoint gone');
+  t.ok(sameSlice(a, compileSlice(mk([base[0]!, base[2]!]), 'node-a', a)), 'a not-ready one gone');
+  t.notOk(sameSlice(a, compileSlice(mk([{ ...base[0]!, addresses: 'x' } as unknown as Ep, base[2]!]), 'node-a', a)), 'one that does not read');
+  t.equal(compileSlice(mk([base[0]!]), 'node-a').zoned, false);
+  // Keys lent by `previous` are the keys.
+  const upd = compileSlice(mk([base[0]!, { addresses: ['10.1.0.4'] }]), 'node-a', a);
+  const fresh = compileSlice(mk([base[0]!, { addresses: ['10.1.0.4'] }]), 'node-a');
+  const keys = (s: typeof a) => nodeEndpoints([s], { internalLocal: false, externalLocal: false }, 'z1', () => {}).map((e) => e.key);
+  t.same(keys(upd), keys(fresh));
+});
+
+t.test('malformed endpoints count only where kpng reads them: after ready, after the zone, once in scope', async (t) => {
+  const svc = { spec: {} } as KubeService;
+  const mk = (eps: unknown[], ports: unknown = [{ port: 80 }]): KubeEndpointSlice => ({ metadata: { name: 's' }, ports, endpoints: eps } as KubeEndpointSlice);
+  const err = (slices: KubeEndpointSlice[], o: { svc?: KubeService; zone?: string } = {}): string => {
+    try {
+      convertEndpoints(o.svc ?? svc, slices, { nodeName: 'node-a', nodeZone: o.zone });
+      return 'ok';
+    } catch (e) {
+      if (!(e instanceof ConversionError)) throw e;
+      return `${e.index}: ${e.message}`;
+    }
+  };
+  const ok = { addresses: ['10.1.0.1'] };
+  t.equal(err([mk([ok, { conditions: 'yes' }])]), '0: endpoints[1].conditions: expected an object, got "yes"');
+  t.equal(err([mk([ok, 'x'])]), '0: endpoints[1]: expected an object, got "x"');
+  t.equal(err([mk([{ conditions: { ready: false }, hints: 'x', addresses: 7 }])]), 'ok', 'not ready: read no further');
+  t.equal(err([mk([{ hints: { forZones: [{ name: 3 }] } }])]), '0: endpoints[0].hints.forZones[0].name: expected a string, got 3');
+  t.equal(err([mk([{ hints: { forZones: [{ name: 'z2' }] }, nodeName: 5, addresses: 'x' }])], { zone: 'z1' }), 'ok', 'out of the zone: read no further');
+  t.equal(err([mk([{ hints: { forZones: [{ name: 'z2' }] }, nodeName: 5 }])], { zone: 'z2' }), '0: endpoints[0].nodeName: expected a string, got 5');
+  t.equal(err([mk([{ hints: { forZones: [{ name: 'z2' }] }, addresses: 'x' }])], { zone: 'z2' }), '0: endpoints[0].addresses: expected a list, got "x"');
+  const localOnly = { spec: { internalTrafficPolicy: 'Local', externalTrafficPolicy: 'Local' } } as KubeService;
+  t.equal(err([mk([{ nodeName: 'node-b', addresses: 'x', hostname: 1 }])], { svc: localOnly }), 'ok', 'no scope: read no further');
+  t.equal(err([mk([{ nodeName: 'node-a', hostname: 1 }])], { svc: localOnly }), '0: endpoints[0].hostname: expected a string, got 1');
+  t.equal(err([mk([], 'bad')]), 'ok', 'no endpoints: the ports are not read');
+  t.equal(err([mk([{ conditions: { ready: false } }], 'bad')]), '0: ports: expected a list, got "bad"');
+  t.equal(err([mk([ok]), mk([ok, { addresses: 'x' }]), mk([{ addresses: 'y' }])]), '1: endpoints[1].addresses: expected a list, got "x"', 'the first slice that fails');
+  t.equal(err([mk([{ addresses: 'x' }, { conditions: 'c' }])]), '0: endpoints[0].addresses: expected a list, got "x"', 'the first endpoint that fails');
+  t.equal(
+    err([mk([{ hints: { forZones: [{ name: 'z2' }] }, addresses: 'x' }, { conditions: 'c' }])], { zone: 'z1' }),
+    '0: endpoints[1].conditions: expected an object, got "c"',
+    'one that does not count leaves the next',
+  );
 });

@@ -92,3 +92,19 @@ t.test('absent objects: undefined, an error, or an object without fields', async
   t.same(empty.at('type'), ['spec', 'type']);
   t.equal(errorOf(() => Fields.orEmpty(7, ['spec'])), 'spec: expected an object, got 7');
 });
+
+t.test('objects reached through others: their paths are made when an error needs them, and are the same', async (t) => {
+  const f = Fields.read({ a: { b: { c: 'x' } }, list: [{ n: 1 }, null, 'bad', { n: 'two' }] }, ['o'])!;
+  const b = f.object('a')!.object('b')!;
+  t.same(b.path, ['o', 'a', 'b']);
+  t.equal(errorOf(() => b.int32('c')), 'o.a.b.c: expected an integer, got "x"');
+  t.same(b.at('c', 2), ['o', 'a', 'b', 'c', 2]);
+  const items = f.list('list')!;
+  t.same(f.element(items[0], 'list', 0).path, ['o', 'list', 0]);
+  t.equal(f.element(items[0], 'list', 0).int32('n'), 1);
+  t.equal(f.element(items[1], 'list', 1).int32('n'), undefined, 'absent: an object without fields');
+  t.same(f.element(items[1], 'list', 1).path, ['o', 'list', 1]);
+  t.equal(errorOf(() => f.element(items[2], 'list', 2)), 'o.list[2]: expected an object, got "bad"');
+  t.equal(errorOf(() => f.element(items[3], 'list', 3).int32('n')), 'o.list[3].n: expected an integer, got "two"');
+  t.equal(errorOf(() => f.object('a', ['z'])), 'o.a.b: unknown field "b" (expected one of z)', 'allowed keys still checked');
+});

@@ -56,6 +56,8 @@ t.test('the forms Services carry', async (t) => {
     ['fe80::1%eth0', undefined], ['::ffff:10.0.0.1', 4], ['::ffff:a00:1', 4], ['::10.0.0.1', 6], ['1:2:3:4:5:6:1.2.3.4', 6],
     ['1:2:3:4:5:6:7:1.2.3.4', undefined], ['::ffff:1.2.3.04', undefined], ['0:0:0:0:0:ffff:c000:201', 4],
     ['::ffff:0:0', 4], ['::fffe:1.2.3.4', 6], ['::ffff:1:2:3', 6], ['0:0:0:0:ffff:0:0:0', 6], ['[::1]', undefined],
+    // Mapped addresses in any case; ffff elsewhere is plain IPv6.
+    ['::FFFF:10.0.0.1', 4], ['::FfFf:a00:1', 4], ['2001:db8::ffff:1', 6], ['ffff::1', 6], ['::ffff', 6],
   ];
   for (const [s, f] of cases) t.equal(familyOf(s), f, s);
 });

@@ -3,16 +3,21 @@
  * Services, discovery.k8s.io/v1 EndpointSlices and Nodes with real object
  * JSON, resourceVersions, ADDED/MODIFIED/DELETED/BOOKMARK events, label and
  * field selectors applied server-side (including objects moving in and out of
- * a watch's selection), 410 Gone for a compacted resourceVersion, dropped
- * watch connections, 401/403 answers and bearer-token checks.
+ * a watch's selection), lists in pages (`limit`/`continue`, each token pinned
+ * to its snapshot, 410 once expired), gzip-compressed lists on request, 410
+ * Gone for a compacted resourceVersion, dropped watch connections, 401/403
+ * answers, bearer-token checks (the token can rotate) and TLS with client
+ * certificates.
  *
- * Enough of the API for @kubernetes/client-node informers, nothing more.
+ * Enough of the API for the kube source's list/watch loops, nothing more.
  */
 import { EventEmitter, once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { tempDir, untilExit } from './files.js';
 
 /** A Kubernetes object as JSON. */
@@ -114,6 +119,14 @@ function status(code: number, reason: string, message: string, details?: Record<
 export interface KubeApiServerOptions {
   /** Require `Authorization: Bearer TOKEN`; answer 401 otherwise. */
   token?: string;
+  /** Serve HTTPS with this key and certificate; with `ca`, require a client certificate it signed. */
+  tls?: { key: Buffer; cert: Buffer; ca?: Buffer };
+}
+
+/** A list in progress: the snapshot its continue tokens page through. */
+interface ListSnapshot {
+  rv: number;
+  items: KObject[];
 }
 
 /** The fake API server. Mutate it with add/update/remove; watchers see the events. */
@@ -134,18 +147,41 @@ export class KubeApiServer {
   expiredAsHttpStatus = false;
   /** When set, watches ignore `timeoutSeconds` (a half-open connection looks like this). */
   ignoreWatchTimeout = false;
-  private readonly token: string | undefined;
+  /** When set, every watch is ended as soon as it is opened (a misbehaving proxy). */
+  endWatchesAtOnce = false;
+  /** When set, list bodies are gzip-compressed for clients that accept it. */
+  gzipLists = false;
+  /** Connections accepted so far (keep-alive shows as fewer connections than requests). */
+  connections = 0;
+  private token: string | undefined;
+  private readonly tls: KubeApiServerOptions['tls'];
+  private readonly snapshots = new Map<number, ListSnapshot>();
+  private snapshotId = 0;
   private readonly requestListeners = new Set<(r: RequestRecord) => void>();
   private readonly events = new EventEmitter();
 
   constructor(options: KubeApiServerOptions = {}) {
     this.token = options.token;
+    this.tls = options.tls;
+  }
+
+  /** Requires another bearer token from now on (a rotated token). */
+  setToken(token: string): void {
+    this.token = token;
+  }
+
+  /** Forgets the lists in progress: their continue tokens get 410 Gone. */
+  expireContinueTokens(): void {
+    this.snapshots.clear();
   }
 
   /** Starts listening on 127.0.0.1 (on `port` when given, to bring a "down" server up). Returns the URL. */
   async listen(port = 0): Promise<string> {
-    const server = createServer((req, res) => this.handle(req, res));
-    server.on('connection', (s) => {
+    const handler = (req: IncomingMessage, res: ServerResponse): void => this.handle(req, res);
+    const tls = this.tls;
+    const server: Server = tls ? createTlsServer({ key: tls.key, cert: tls.cert, ...(tls.ca ? { ca: tls.ca, requestCert: true, rejectUnauthorized: true } : {}) }, handler) : createServer(handler);
+    server.on(tls ? 'secureConnection' : 'connection', (s: Socket) => {
+      this.connections++;
       this.sockets.add(s);
       s.on('close', () => this.sockets.delete(s));
     });
@@ -162,7 +198,7 @@ export class KubeApiServer {
   }
 
   get url(): string {
-    return `http://127.0.0.1:${this.port}`;
+    return `${this.tls ? 'https' : 'http'}://127.0.0.1:${this.port}`;
   }
 
   /** Stops listening and cuts every connection. */
@@ -284,6 +320,15 @@ export class KubeApiServer {
     for (const w of [...this.watchers]) {
       if (resource && w.resource !== resource) continue;
       this.send(w, { type: 'ERROR', object: status(410, 'Expired', 'too old resource version') });
+      this.endWatch(w);
+    }
+  }
+
+  /** Sends an ERROR event with a Status of `code` to open watches, and ends them. */
+  sendError(code: number, reason: string, message: string, resource?: Resource): void {
+    for (const w of [...this.watchers]) {
+      if (resource && w.resource !== resource) continue;
+      this.send(w, { type: 'ERROR', object: status(code, reason, message) });
       this.endWatch(w);
     }
   }
@@ -412,8 +457,7 @@ export class KubeApiServer {
       return;
     }
     if (!watch) {
-      const items = [...this.objects[resource].values()].filter(selector).sort((a, b) => (keyOf(a) < keyOf(b) ? -1 : 1));
-      reply(200, { kind: info.kind + 'List', apiVersion: info.apiVersion, metadata: { resourceVersion: String(this.rv) }, items });
+      this.list(req, res, query, resource, selector, record, reply);
       return;
     }
     const from = query.resourceVersion ? Number(query.resourceVersion) : undefined;
@@ -442,7 +486,52 @@ export class KubeApiServer {
       for (const ev of this.history) if (ev.resource === resource && ev.rv > from) this.deliver(w, ev);
     }
     const timeout = Number(query.timeoutSeconds);
-    if (timeout > 0 && !this.ignoreWatchTimeout) w.timer = setTimeout(() => this.endWatch(w), timeout * 1000);
+    if (this.endWatchesAtOnce) this.endWatch(w);
+    else if (timeout > 0 && !this.ignoreWatchTimeout) w.timer = setTimeout(() => this.endWatch(w), timeout * 1000);
+  }
+
+  /** A list, or one page of it (`limit`, `continue`); gzip-compressed when asked for and `gzipLists`. */
+  private list(
+    req: IncomingMessage,
+    res: ServerResponse,
+    query: Record<string, string>,
+    resource: Resource,
+    selector: Selector,
+    record: RequestRecord,
+    reply: (code: number, body: unknown) => void,
+  ): void {
+    const info = resources[resource];
+    let snap: ListSnapshot | undefined;
+    let id: number;
+    let start = 0;
+    if (query.continue) {
+      const [sid, offset] = query.continue.split(':').map(Number) as [number, number];
+      snap = this.snapshots.get(sid);
+      if (!snap) {
+        reply(410, status(410, 'Expired', 'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.'));
+        return;
+      }
+      id = sid;
+      start = offset;
+    } else {
+      // Stored objects are replaced, never changed in place: a snapshot of them stays as it was.
+      id = ++this.snapshotId;
+      snap = { rv: this.rv, items: [...this.objects[resource].values()].filter(selector).sort((a, b) => (keyOf(a) < keyOf(b) ? -1 : 1)) };
+    }
+    const limit = Number(query.limit) > 0 ? Number(query.limit) : snap.items.length;
+    const end = Math.min(snap.items.length, start + limit);
+    const more = end < snap.items.length;
+    if (more) this.snapshots.set(id, snap);
+    else this.snapshots.delete(id);
+    const metadata = { resourceVersion: String(snap.rv), ...(more ? { continue: `${id}:${end}`, remainingItemCount: snap.items.length - end } : {}) };
+    const body = { kind: info.kind + 'List', apiVersion: info.apiVersion, metadata, items: snap.items.slice(start, end) };
+    if (!this.gzipLists || !/\bgzip\b/.test(String(req.headers['accept-encoding'] ?? ''))) {
+      reply(200, body);
+      return;
+    }
+    record.status = 200;
+    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' });
+    res.end(gzipSync(JSON.stringify(body)));
   }
 }
 

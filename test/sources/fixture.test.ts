@@ -1,12 +1,17 @@
 /**
  * Fixture reading (src/sources/fixture.ts): every input form gives the same
- * canonical state, and bad input gives `file:line:col: reason`.
+ * canonical state, and bad input gives `file:line:col: reason`, small
+ * fixtures and big kubectl dumps alike.
  */
 import t from 'tap';
 import { CalloutError } from '../../src/errors.js';
 import { fixtureText, parseFixture, type FixtureOptions } from '../../src/sources/fixture.js';
+import { parseYamlSubset } from '../../src/sources/fixture/yaml-subset.js';
 import { stateText } from '../../src/state.js';
+import { stringify } from 'yaml';
 import { blogJsonl, blogView, blogYaml } from '../helpers/fixtures.js';
+import type { KObject } from '../helpers/kube-api-server.js';
+import { node, service, slice } from '../helpers/kube-objects.js';
 import { captureLog } from '../helpers/sink.js';
 
 const parse = (text: string, file: string, opts: Partial<FixtureOptions> = {}) => stateText(parseFixture(text, file, { ...blogView, ...opts }));
@@ -180,4 +185,62 @@ t.test('a JSON document that is not a state gives the empty state (replay warns 
     'kpng-callout info: o.json:1:1: ignoring (no kind) (no name): not a v1 Service, discovery.k8s.io/v1 EndpointSlice or v1 Node',
     'kpng-callout info: a.json:1:1: ignoring (no kind) (no name): not a v1 Service, discovery.k8s.io/v1 EndpointSlice or v1 Node',
   ]);
+});
+
+/** A cluster dump as kubectl prints it: `n` Services, a slice each, a Node; as one List or as documents. */
+function clusterDump(n: number, form: 'list' | 'docs' | 'json', edit: (objs: KObject[]) => void = () => {}): string {
+  const objs: KObject[] = [];
+  for (let i = 0; i < n; i++) objs.push(service(`svc-${i}`, { clusterIP: `10.96.${i >> 8}.${i & 255}` }));
+  for (let i = 0; i < n; i++) objs.push(slice(`svc-${i}-x`, `svc-${i}`, [{ ip: `10.1.${i >> 8}.${i & 255}`, node: 'n1' }, { ip: `10.2.${i >> 8}.${i & 255}`, node: 'n2' }]));
+  objs.push(node('n1', 'zone-a'));
+  edit(objs);
+  const list = { apiVersion: 'v1', items: objs, kind: 'List', metadata: { resourceVersion: '' } };
+  if (form === 'json') return JSON.stringify(list, null, 4);
+  return form === 'list' ? stringify(list, { lineWidth: 0 }) : objs.map((o) => stringify(o, { lineWidth: 0 })).join('---\n');
+}
+
+/** `line:col` of an offset in `text`. */
+function positionAt(text: string, at: number): string {
+  const before = text.slice(0, at).split('\n');
+  return `${before.length}:${before.at(-1)!.length + 1}`;
+}
+
+/** `line:col` of the first `needle` in `text`, `shift` characters on. */
+const positionOf = (text: string, needle: string, shift = 0): string => positionAt(text, text.indexOf(needle) + shift);
+
+t.test('a big kubectl dump (the fast YAML reader): the same state as its JSON; conversion errors placed in the item', async (t) => {
+  const opts = { nodeName: 'n1', serviceProxyName: undefined };
+  const expected = parse(clusterDump(400, 'json'), 'dump.json', opts);
+  t.equal(expected.split('\n').length - 1, 400);
+  for (const form of ['list', 'docs'] as const) {
+    const text = clusterDump(400, form);
+    t.equal(parseYamlSubset(text).length, form === 'list' ? 1 : 801, `${form}: read by the fast reader`);
+    t.equal(parse(text, 'dump.yaml', opts), expected, `${form}: the JSON form's state`);
+    const bad = clusterDump(400, form, (objs) => {
+      ((objs[650]!.endpoints as Array<{ conditions: Record<string, unknown> }>)[1]!.conditions).ready = 'yes';
+    });
+    t.equal(
+      errorOf(bad, 'dump.yaml', opts),
+      `dump.yaml:${positionOf(bad, 'ready: yes', 'ready: '.length)}: endpoints[1].conditions.ready: expected true or false, got "yes"`,
+      `${form}: an EndpointSlice's field`,
+    );
+    const noName = clusterDump(400, form, (objs) => {
+      delete (objs[123]!.metadata as Record<string, unknown>).name;
+    });
+    // Its metadata (where a missing name is placed) is the last one before its clusterIP.
+    const meta = noName.lastIndexOf('namespace: default', noName.indexOf('clusterIP: 10.96.0.123'));
+    t.equal(errorOf(noName, 'dump.yaml', opts), `dump.yaml:${positionAt(noName, meta)}: metadata.name: missing name`, `${form}: a missing field`);
+  }
+});
+
+t.test('a big kubectl dump: other kinds logged at their item; an error only the yaml library finds keeps its position', async (t) => {
+  const log = captureLog();
+  const withCm = clusterDump(300, 'list', (objs) => objs.splice(420, 0, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cm', namespace: 'kube-system' } }));
+  parse(withCm, 'dump.yaml', { nodeName: 'n1', logger: log.logger, serviceProxyName: undefined });
+  t.same(log.matching(/ignoring v1 ConfigMap/), [`kpng-callout info: dump.yaml:${positionOf(withCm, 'apiVersion: v1\n    kind: ConfigMap')}: ignoring v1 ConfigMap kube-system/cm: not a v1 Service, discovery.k8s.io/v1 EndpointSlice or v1 Node`]);
+  const lines = clusterDump(300, 'list').split('\n');
+  const at = lines.findIndex((l, i) => i > 2000 && l.trim().startsWith('clusterIP:'));
+  const dup = lines.map((l, i) => (i === at ? `${l}\n${l}` : l)).join('\n');
+  const col = lines[at]!.length - lines[at]!.trimStart().length + 1;
+  t.equal(errorOf(dup, 'dump.yaml'), `dump.yaml:${at + 2}:${col}: Map keys must be unique`);
 });

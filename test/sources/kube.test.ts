@@ -1,11 +1,17 @@
 /**
- * The kube source through the real @kubernetes/client-node informers against
- * a list/watch server on loopback (test/helpers/kube-api-server.ts).
+ * The kube source (its list/watch loops, supervision and node view) against
+ * a list/watch server on loopback (test/helpers/kube-api-server.ts); and what
+ * it loads of the client library.
  */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
 import { parseServiceProxyName } from '../../src/options.js';
 import { createKubeSource, loadKubeConfig, serviceLabelSelector, type KubeSourceOptions } from '../../src/sources/kube.js';
 import { stateText, type State } from '../../src/state.js';
+import { makeCerts, opensslMissing } from '../helpers/certs.js';
+import { tempDir } from '../helpers/files.js';
 import { KubeApiServer, type KObject } from '../helpers/kube-api-server.js';
 import { blogJsonl, blogView } from '../helpers/fixtures.js';
 import { blogObjects, node, service, slice } from '../helpers/kube-objects.js';
@@ -424,4 +430,48 @@ t.test('the Services label selector kpng used; --service-proxy-name must be a la
   t.equal(serviceLabelSelector(), '!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless');
   t.equal(parseServiceProxyName('--service-proxy-name', 'kpng-example'), 'kpng-example');
   for (const bad of ['', '-x', 'x-', 'a b', 'a/b', 'x'.repeat(64)]) t.throws(() => parseServiceProxyName('--service-proxy-name', bad), { code: 'usage' }, JSON.stringify(bad));
+});
+
+t.test('only the light modules of the client library are imported statically (the full library is ~0.5 s and ~70 MB)', async (t) => {
+  const src = resolve(dirname(fileURLToPath(import.meta.url)), '../../src');
+  const bare = new Set<string>();
+  const seen = new Set<string>();
+  const walk = (file: string): void => {
+    if (seen.has(file)) return;
+    seen.add(file);
+    const text = readFileSync(file, 'utf8');
+    // Static value imports and re-exports (`import type` is erased; `import(...)` is dynamic).
+    for (const m of text.matchAll(/^(?:import|export)\s+(?!type\s)[^;]*?\sfrom\s+'([^']+)'/gms)) {
+      const spec = m[1]!;
+      if (spec.startsWith('.')) walk(join(dirname(file), spec.replace(/\.js$/, '.ts')));
+      else bare.add(spec);
+    }
+  };
+  walk(join(src, 'sources/kube.ts'));
+  walk(join(src, 'sources/kube/config.ts'));
+  t.same(
+    [...bare].filter((s) => s.startsWith('@kubernetes/')).sort(),
+    ['@kubernetes/client-node/dist/config_types.js', '@kubernetes/client-node/dist/exec_auth.js', '@kubernetes/client-node/dist/file_auth.js'],
+  );
+  t.ok(seen.has(join(src, 'sources/kube/list-watch.ts')), 'the walk followed the source');
+});
+
+t.test('in-cluster: the service account token and CA, over TLS', { skip: opensslMissing() ?? false }, async (t) => {
+  const certs = makeCerts(t);
+  const srv = new KubeApiServer({ token: 'sa-token', tls: { key: certs.serverKey, cert: certs.serverCert } });
+  srv.add('services', service('web'));
+  await srv.listen();
+  t.teardown(() => srv.close());
+  const sa = tempDir(t, 'kube-in-cluster-');
+  writeFileSync(join(sa, 'token'), 'sa-token');
+  writeFileSync(join(sa, 'ca.crt'), certs.ca);
+  const { kubeConfig, from } = loadKubeConfig({ env: { KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: String(srv.port) }, serviceAccountDir: sa });
+  t.equal(from, 'in-cluster service account');
+  const sink = recordingSink();
+  const ac = new AbortController();
+  const done = createKubeSource({ kubeConfig, nodeName: 'node-a', once: true }).run(sink, ac.signal);
+  t.teardown(() => ac.abort());
+  await within(done, 'the first state');
+  t.same(names(sink.states[0]!), ['default/web']);
+  t.ok(srv.requests.every((r) => r.status === 200));
 });

@@ -63,9 +63,10 @@ function serverSays(body: unknown): string {
 /**
  * What went wrong with a list or watch: unreachable server, 401, 403 (naming
  * the verb and resource RBAC must grant), or what the server said. `err` is
- * what @kubernetes/client-node rejects with: an ApiException (`code`, `body`),
- * a watch's HTTP error (`statusCode`), or a network error (`code`, or
- * `cause.code` for fetch).
+ * what a request rejects with (http.ts): an HTTP status (`statusCode`, or
+ * `code` as a number, with the Status `body` as text), a network error
+ * (`code`, or `cause.code`), or a response cut short
+ * (ERR_STREAM_PREMATURE_CLOSE).
  */
 export function describeKubeError(err: unknown, verb: 'list' | 'watch', r: ResourceName, server: string): Failure {
   const e = err as { code?: unknown; statusCode?: unknown; body?: unknown; message?: string; cause?: { code?: unknown } } | undefined;

@@ -1,22 +1,36 @@
 /**
  * The node view: Services, EndpointSlices and this node's Node in, the
  * node-local state kpng's server would have sent this node out (conversion in
- * convert/kubernetes). It is pure and incremental: callers tell it what was
- * added, updated or deleted, as plain objects (parsed JSON, or the client
- * library's typed objects), and ask for the state when a change set is
- * complete; only the Services touched since the last state are recomputed.
+ * convert/). It is pure and incremental: callers tell it what was added,
+ * updated or deleted, as plain objects (parsed JSON), and ask for the state
+ * when a change set is complete; only the Services touched since the last
+ * state are recomputed.
  *
- * It knows nothing of how the objects arrive (informers today, our own
- * list/watch loop later), of timers or of the API server, so it is tested
- * with plain objects alone.
+ * It keeps only what the conversion needs, converted as each object arrives,
+ * never the object (which carries managedFields, last-applied annotations
+ * and everything else a proxy never reads):
+ * - a Service: its traffic policies, and its model until the next state
+ *   puts it in the store (the store keeps it as JSON);
+ * - a slice: its ready endpoints as this node sees them (convert/endpoints
+ *   `compileSlice`: JSON up to the ports, key hash, Local, zone hints), read
+ *   once per change; an update hashes only the endpoints it changed, and the
+ *   store's endpoint JSON is `head + tail`, a pair of the compiled slice's
+ *   strings rather than a copy.
+ * Heap of the kept form alone at 10,000 Services × 10 endpoints shaped like
+ * the API server's (`bench/node-view.js --forms`): the parsed objects 88 MB;
+ * stripped to the fields read, as plain objects 30 MB, as JSON text parsed
+ * again when a Service is recomputed 17.5 MB (plus ~150 ms to parse them all
+ * on a zone change, and no text to share with the store); compiled 12 MB.
+ *
+ * It knows nothing of how the objects arrive, of timers or of the API
+ * server, so it is tested with plain objects alone.
  */
-import { convertEndpoints, sliceServiceName } from '../../convert/endpoints.js';
-import { ConversionError } from '../../convert/fields.js';
+import { compileSlice, nodeEndpoints, policiesOf, sameSlice, sliceServiceName, type CompiledSlice, type NodeEndpoint, type Policies } from '../../convert/endpoints.js';
+import type { GlobFilter } from '../../convert/glob.js';
 import { LABEL_ZONE, type KubeEndpointSlice, type KubeMeta, type KubeNode, type KubeService } from '../../convert/kube-objects.js';
 import { convertService, isServiceSelected } from '../../convert/service.js';
-import type { GlobFilter } from '../../convert/glob.js';
 import { silentLogger, type Logger } from '../../log.js';
-import type { Endpoint, Service } from '../../model.js';
+import type { Service } from '../../model.js';
 import { Store, type State } from '../../state.js';
 
 /** Options of {@link NodeView}. */
@@ -36,6 +50,15 @@ export interface NodeViewOptions {
 /** `namespace/name` of an object. */
 const pathOf = (o: { metadata?: KubeMeta | null | undefined }): string => `${o.metadata?.namespace ?? ''}/${o.metadata?.name ?? ''}`;
 
+/** What is kept of a Service. */
+interface ServiceEntry {
+  /** Converted, not yet in the store (the next state puts it there). */
+  model: Service | undefined;
+  /** Why it does not convert (logged by each state that recomputes it; what was published stays). */
+  error: string | undefined;
+  policies: Policies;
+}
+
 /**
  * The index of what the API told us, and the state computed from it. Every
  * `set*`/`delete*` returns whether the state may have changed (then call
@@ -44,19 +67,15 @@ const pathOf = (o: { metadata?: KubeMeta | null | undefined }): string => `${o.m
  */
 export class NodeView {
   private readonly log: Logger;
-  private readonly services = new Map<string, KubeService>();
+  private readonly services = new Map<string, ServiceEntry>();
   /** Service path -> its slices by slice name. */
-  private readonly slicesByService = new Map<string, Map<string, KubeEndpointSlice>>();
+  private readonly slicesByService = new Map<string, Map<string, CompiledSlice>>();
   /** Slice path -> the path of the Service it is filed under. */
   private readonly sliceOwner = new Map<string, string>();
   private nodeZone: string | undefined;
   private readonly store = new Store();
-  /** Endpoint keys set in the store, per Service path. */
-  private readonly published = new Map<string, Set<string>>();
   /** Service paths to recompute. */
   private readonly dirty = new Set<string>();
-  /** Every Service to recompute (the zone changed). */
-  private allDirty = false;
 
   constructor(private readonly options: NodeViewOptions) {
     this.log = options.logger ?? silentLogger;
@@ -76,7 +95,14 @@ export class NodeView {
   setService(svc: KubeService): boolean {
     if (!isServiceSelected(svc, this.options.serviceProxyName)) return this.deleteService(svc);
     const path = pathOf(svc);
-    this.services.set(path, svc);
+    const entry: ServiceEntry = { model: undefined, error: undefined, policies: { internalLocal: false, externalLocal: false } };
+    try {
+      entry.model = convertService(svc, { labels: this.options.labels, annotations: this.options.annotations });
+      entry.policies = policiesOf(svc);
+    } catch (err) {
+      entry.error = (err as Error).message;
+    }
+    this.services.set(path, entry);
     this.dirty.add(path);
     return true;
   }
@@ -98,11 +124,16 @@ export class NodeView {
     return this.fileSlice(slice, undefined);
   }
 
-  /** Files `slice` under the Service `owner` (undefined: under none), marking the Services it leaves and joins. */
+  /**
+   * Files `slice` under the Service `owner` (undefined: under none), marking
+   * the Services it leaves and joins; an update that changes nothing this
+   * node sees marks none.
+   */
   private fileSlice(slice: KubeEndpointSlice, owner: string | undefined): boolean {
     const key = pathOf(slice);
     const name = slice.metadata?.name ?? '';
     const before = this.sliceOwner.get(key);
+    const old = before !== undefined ? this.slicesByService.get(before)?.get(name) : undefined;
     let changed = false;
     if (before !== undefined && before !== owner) {
       const group = this.slicesByService.get(before);
@@ -113,9 +144,11 @@ export class NodeView {
       changed = true;
     }
     if (owner !== undefined) {
+      const compiled = compileSlice(slice, this.options.nodeName, old);
+      if (before === owner && old !== undefined && sameSlice(old, compiled)) return false;
       let group = this.slicesByService.get(owner);
       if (!group) this.slicesByService.set(owner, (group = new Map()));
-      group.set(name, slice);
+      group.set(name, compiled);
       this.sliceOwner.set(key, owner);
       this.dirty.add(owner);
       changed = true;
@@ -137,66 +170,58 @@ export class NodeView {
     if (node.metadata?.name !== nodeName || zone === this.nodeZone) return false;
     this.log.info(zone !== undefined ? `node ${nodeName}: zone ${zone}` : `node ${nodeName}: no zone`);
     this.nodeZone = zone;
-    // Topology hints of every Service depend on the zone.
-    this.allDirty = true;
+    // What the node sees of slices with topology hints depends on the zone.
+    for (const [path, group] of this.slicesByService) {
+      for (const s of group.values()) {
+        if (s.zoned) {
+          this.dirty.add(path);
+          break;
+        }
+      }
+    }
     return true;
   }
 
   /** The node-local state: recomputes the Services changed since the last call. */
   state(): State {
-    const paths = this.allDirty ? new Set([...this.services.keys(), ...this.published.keys()]) : this.dirty;
-    for (const p of paths) this.rebuild(p);
+    for (const p of this.dirty) this.rebuild(p);
     this.dirty.clear();
-    this.allDirty = false;
     return this.store.snapshot();
   }
 
   /** Recomputes one Service and its endpoints in the store. A malformed object is logged and left out; the others stay. */
   private rebuild(path: string): void {
-    const { store } = this;
     const svc = this.services.get(path);
-    const had = this.published.get(path);
     if (!svc) {
-      store.deleteService(path);
-      if (had) for (const k of had) store.deleteEndpoint(`${path}/${k}`);
-      this.published.delete(path);
+      this.store.deleteService(path);
+      this.store.setEndpointsJson(path, []);
       return;
     }
-    let model: Service;
-    try {
-      model = convertService(svc, { labels: this.options.labels, annotations: this.options.annotations });
-    } catch (err) {
+    if (svc.error !== undefined) {
       // Keep what we had.
-      this.log.error(`service ${path}: cannot convert: ${(err as Error).message}`);
+      this.log.error(`service ${path}: cannot convert: ${svc.error}`);
       return;
     }
-    const eps = this.endpointsOf(path, svc);
-    if (eps === undefined) return;
-    store.setService(path, model);
-    const keys = new Set<string>();
-    for (const [k, ep] of eps) {
-      store.setEndpoint(`${path}/${k}`, ep);
-      keys.add(k);
+    const group = this.slicesByService.get(path);
+    let eps: NodeEndpoint[];
+    try {
+      eps = nodeEndpoints(group ? [...group.values()] : [], svc.policies, this.nodeZone, (i, err) => {
+        // The slice's path: its namespace is its Service's.
+        const name = [...group!.keys()][i];
+        this.log.error(`endpointslice ${path.slice(0, path.indexOf('/'))}/${name}: cannot convert: ${err.message}`);
+      });
+    } catch (err) {
+      this.log.error(`service ${path}: cannot compute endpoints: ${(err as Error).message}`);
+      return;
     }
-    if (had) for (const k of had) if (!keys.has(k)) store.deleteEndpoint(`${path}/${k}`);
-    this.published.set(path, keys);
-  }
-
-  /** The endpoints of `svc` for this node, its malformed slices left out (undefined: none can be computed). */
-  private endpointsOf(path: string, svc: KubeService): Array<[string, Endpoint]> | undefined {
-    let slices = [...(this.slicesByService.get(path)?.values() ?? [])];
-    for (;;) {
-      try {
-        return convertEndpoints(svc, slices, { nodeName: this.options.nodeName, nodeZone: this.nodeZone });
-      } catch (err) {
-        if (!(err instanceof ConversionError) || err.index === undefined) {
-          this.log.error(`service ${path}: cannot compute endpoints: ${(err as Error).message}`);
-          return undefined;
-        }
-        const bad = slices[err.index];
-        this.log.error(`endpointslice ${bad ? pathOf(bad) : '?'}: cannot convert: ${err.message}`);
-        slices = slices.filter((_, i) => i !== err.index);
-      }
+    if (svc.model) {
+      this.store.setService(path, svc.model);
+      svc.model = undefined;
     }
+    // An endpoint's JSON shares the compiled slice's strings (`head + tail` is a pair of them, not a copy).
+    this.store.setEndpointsJson(
+      path,
+      eps.map((e) => e.head + e.tail),
+    );
   }
 }

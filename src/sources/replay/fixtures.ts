@@ -96,7 +96,24 @@ export async function readSlot(slot: Slot, stdin: NodeJS.ReadableStream = proces
 
 /** The fixture's state, its `origin` set to the fixture's name. Throws CalloutError('input'). */
 export function parseSlot(slot: Slot, data: Buffer, opts: FixtureOptions & { logger: Logger }): State {
-  const state = parseFixture(fixtureText(data, slot.name), slot.name, opts);
+  return stateOf(slot, fixtureText(data, slot.name), opts);
+}
+
+/**
+ * Reads a fixture (as `readSlot`) and parses it (as `parseSlot`). The bytes
+ * are read and decoded in a frame of their own, so that they can be
+ * collected while the text is parsed: 60 MB less at the peak for a 60 MB dump.
+ */
+export async function loadSlot(slot: Slot, opts: FixtureOptions & { logger: Logger; stdin?: NodeJS.ReadableStream | undefined }): Promise<State> {
+  return stateOf(slot, await readSlotText(slot, opts.stdin), opts);
+}
+
+async function readSlotText(slot: Slot, stdin: NodeJS.ReadableStream | undefined): Promise<string> {
+  return fixtureText(await readSlot(slot, stdin), slot.name);
+}
+
+function stateOf(slot: Slot, text: string, opts: FixtureOptions & { logger: Logger }): State {
+  const state = parseFixture(text, slot.name, opts);
   opts.logger.debug(`${slot.name}: ${state.services} services, ${state.endpoints} endpoints`);
   return { ...state, origin: slot.name };
 }

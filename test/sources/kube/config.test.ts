@@ -122,3 +122,52 @@ t.test('an empty or incomplete kubeconfig: the file, what is missing and the fix
   writeFileSync(join(home2, '.kube', 'config'), '');
   t.match(err({ env: { HOME: home2 } }).message, /^\S+\/home2\/\.kube\/config: empty file: no current context and no clusters/);
 });
+
+t.test('entries as the client library reads them; relative paths resolved against the kubeconfig', async (t) => {
+  const d = join(dir, 'paths');
+  mkdirSync(d);
+  writeFileSync(join(d, 'token'), 'from-file\n');
+  const f = join(d, 'config');
+  writeFileSync(
+    f,
+    [
+      'defaults: &cluster {certificate-authority: ca.crt, tls-server-name: api.example}',
+      'clusters:',
+      '- name: c',
+      '  cluster:',
+      '    <<: *cluster',
+      '    server: https://192.0.2.1:6443/',
+      'users:',
+      '- name: u',
+      '  user: {client-certificate: certs/c.crt, client-key: /abs/c.key, token-file: token}',
+      '- name: e',
+      '  user: {exec: {command: my-plugin, args: [get-token], apiVersion: client.authentication.k8s.io/v1}}',
+      'contexts:',
+      '- name: x',
+      '  context: {cluster: c, user: u, namespace: ns}',
+      'current-context: x',
+      '',
+    ].join('\n'),
+  );
+  const { kubeConfig } = loadKubeConfig({ kubeconfig: f, env: {} });
+  t.match(kubeConfig.getCurrentCluster(), { name: 'c', server: 'https://192.0.2.1:6443', caFile: join(d, 'ca.crt'), tlsServerName: 'api.example', skipTLSVerify: false }, 'merge keys; the trailing slash dropped');
+  const u = kubeConfig.getCurrentUser();
+  t.match(u, { name: 'u', certFile: join(d, 'certs/c.crt'), keyFile: '/abs/c.key', tokenFile: join(d, 'token') });
+  t.equal(u?.token, undefined, 'a token file is read when used (it rotates), not at load');
+  t.match(kubeConfig.getUser('e')?.exec, { command: 'my-plugin', args: ['get-token'] });
+  t.same(kubeConfig.getContextObject('x'), { name: 'x', cluster: 'c', user: 'u', namespace: 'ns' });
+  // A token file that does not exist is an error at once, as with the library.
+  writeFileSync(f, 'clusters: [{name: c, cluster: {server: "https://192.0.2.1"}}]\nusers: [{name: u, user: {token-file: missing}}]\n');
+  t.throws(() => loadKubeConfig({ kubeconfig: f, env: {} }), { code: 'input', message: /not a valid kubeconfig \(ENOENT: no such file or directory/ });
+});
+
+t.test('$KUBECONFIG: the first file naming a cluster, user, context or current context wins', async (t) => {
+  const a = join(dir, 'merge-a');
+  const b = join(dir, 'merge-b');
+  writeFileSync(a, 'clusters: [{name: c, cluster: {server: "https://a.example"}}]\nusers: [{name: u, user: {token: a}}]\n');
+  writeFileSync(b, 'clusters: [{name: c, cluster: {server: "https://b.example"}}, {name: d, cluster: {server: "https://d.example"}}]\nusers: [{name: u, user: {token: b}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n');
+  const { kubeConfig } = loadKubeConfig({ env: { KUBECONFIG: `${a}:${b}` } });
+  t.equal(kubeConfig.getCurrentCluster()?.server, 'https://a.example');
+  t.equal(kubeConfig.getCurrentUser()?.token, 'a');
+  t.same(kubeConfig.getClusters().map((c) => c.name), ['c', 'd']);
+});

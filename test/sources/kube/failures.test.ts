@@ -1,6 +1,6 @@
 /**
  * Failed lists and watches in words (src/sources/kube/failures.ts), from the
- * error shapes @kubernetes/client-node rejects with.
+ * error shapes requests reject with (src/sources/kube/http.ts).
  */
 import t from 'tap';
 import { describeKubeError, failureLine, qualified, stalledWatch, type Failure } from '../../../src/sources/kube/failures.js';

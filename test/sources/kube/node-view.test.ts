@@ -2,7 +2,10 @@
  * The node view (src/sources/kube/node-view.ts) with plain objects: no
  * server, no informer, no timers.
  */
+import v8 from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import t from 'tap';
+import { compileGlobs } from '../../../src/convert/glob.js';
 import type { KubeEndpointSlice, KubeNode, KubeService } from '../../../src/convert/kube-objects.js';
 import { NodeView, type NodeViewOptions } from '../../../src/sources/kube/node-view.js';
 import { sameState, stateText, type State } from '../../../src/state.js';
@@ -152,4 +155,85 @@ t.test('incremental: an unchanged view gives the same state; a change only touch
     .split('\n')
     .filter((l, i) => l !== before[i]);
   t.same(changed.map((l) => (JSON.parse(l) as { Service: { Name: string } }).Service.Name), ['s7']);
+});
+
+t.test('keeps nothing of the objects handed over: changing or dropping them afterwards changes nothing', async (t) => {
+  v8.setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const { v } = view();
+  let svc: KubeService | undefined = service('web');
+  let sl: KubeEndpointSlice | undefined = slice('web-a', 'web', [{ ip: '10.4.0.1', node: 'node-a' }]);
+  const refs = [new WeakRef(svc), new WeakRef(sl)];
+  v.setService(svc);
+  v.setSlice(sl);
+  (svc.spec as Record<string, unknown>).clusterIPs = ['10.96.9.9'];
+  (sl.endpoints as Array<Record<string, unknown>>)[0]!.addresses = ['10.4.9.9'];
+  svc = sl = undefined;
+  const text = stateText(v.state());
+  t.match(text, /"10\.96\.0\.10".*"10\.4\.0\.1"/);
+  // A WeakRef holds its target until the current job ends.
+  await new Promise((r) => setImmediate(r));
+  gc();
+  t.same(
+    refs.map((r) => r.deref()),
+    [undefined, undefined],
+    'both collected',
+  );
+  t.equal(stateText(v.state()), text);
+});
+
+t.test('API objects as the server sends them: managedFields, last-applied and other annotations are dropped unless selected', async (t) => {
+  const applied = JSON.stringify({ apiVersion: 'v1', kind: 'Service', metadata: { name: 'web', annotations: { 'example.com/team': 'a' } }, spec: { ports: [{ port: 80 }] } });
+  const svc = service('web', { labels: { app: 'web', tier: 'front' } });
+  const meta = svc.metadata as Record<string, unknown>;
+  meta.annotations = { 'kubectl.kubernetes.io/last-applied-configuration': applied, 'example.com/team': 'a', 'example.com/big': 'x'.repeat(100_000) };
+  meta.managedFields = [{ manager: 'kubectl-client-side-apply', operation: 'Update', fieldsType: 'FieldsV1', fieldsV1: { 'f:metadata': { 'f:annotations': {} } } }];
+  const sl = slice('web-a', 'web', [{ ip: '10.4.0.1' }]);
+  (sl.metadata as Record<string, unknown>).managedFields = [{ manager: 'kube-controller-manager', fieldsV1: { 'f:endpoints': {} } }];
+  const plain = view().v;
+  plain.setService(svc);
+  plain.setSlice(sl);
+  const line = JSON.parse(stateText(plain.state())) as { Service: Record<string, unknown> };
+  t.equal(line.Service.Labels, undefined);
+  t.equal(line.Service.Annotations, undefined);
+  const selecting = view({ labels: compileGlobs(['app']), annotations: compileGlobs(['example.com/team']) }).v;
+  selecting.setService(svc);
+  selecting.setSlice(sl);
+  const sel = JSON.parse(stateText(selecting.state())) as { Service: Record<string, unknown> };
+  t.same(sel.Service.Labels, { app: 'web' });
+  t.same(sel.Service.Annotations, { 'example.com/team': 'a' });
+});
+
+t.test('an update this node does not see changes nothing; the state stays the same object', async (t) => {
+  const { v } = view();
+  v.setService(service('web'));
+  t.equal(v.setSlice(slice('web-a', 'web', [{ ip: '10.5.0.1' }, { ip: '10.5.0.2', ready: false }])), true);
+  const first = v.state();
+  t.equal(v.setSlice(slice('web-a', 'web', [{ ip: '10.5.0.1' }, { ip: '10.5.0.2', ready: false }])), false, 'the same slice again (a re-list)');
+  t.equal(v.setSlice(slice('web-a', 'web', [{ ip: '10.5.0.1', pod: 'renamed' }, { ip: '10.5.9.9', ready: false }])), false, 'a pod name, a not-ready address');
+  t.equal(v.state(), first);
+  t.equal(v.setSlice(slice('web-a', 'web', [{ ip: '10.5.0.1' }, { ip: '10.5.0.2' }])), true, 'ready now');
+  t.same(eps(v.state(), 'web'), ['10.5.0.1', '10.5.0.2']);
+});
+
+t.test('a zone change recomputes the Services with hinted endpoints, and only them', async (t) => {
+  const { v, log } = view();
+  v.setNode(node('node-a', 'z1') as KubeNode);
+  v.setService(service('plain'));
+  v.setSlice(slice('plain-1', 'plain', [{ ip: '10.6.0.1' }]));
+  v.setService(service('hinted'));
+  v.setSlice(slice('hinted-1', 'hinted', [{ ip: '10.6.1.1', zones: ['z1'] }, { ip: '10.6.1.2', zones: ['z2'] }]));
+  // A malformed endpoint for another zone is never read here, until the zone is its.
+  const bad = slice('hinted-2', 'hinted', [{ ip: '10.6.2.1', zones: ['z2'] }]);
+  (bad.endpoints as Array<Record<string, unknown>>)[0]!.addresses = 'x';
+  v.setSlice(bad);
+  const before = v.state();
+  t.same(eps(before, 'hinted'), ['10.6.1.1']);
+  t.same(log.matching(/cannot convert/), []);
+  v.setNode(node('node-a', 'z2') as KubeNode);
+  const after = v.state();
+  t.same(eps(after, 'hinted'), ['10.6.1.2']);
+  t.match(log.matching(/cannot convert/), [/endpointslice default\/hinted-2: cannot convert: endpoints\[0\]\.addresses: expected a list/]);
+  const lineOf = (s: State, name: string) => s.lines.find((l) => l.includes(`"Name":"${name}"`));
+  t.equal(lineOf(after, 'plain'), lineOf(before, 'plain'), 'the line of the Service without hints is the same buffer');
 });

@@ -47,7 +47,7 @@ function harness(t: Test, o: { now?: () => number } = {}) {
         m.starts++;
         const outcome = m.script.shift() ?? 'ok';
         const op = `list ${group ? `${resource}.${group}` : resource}`;
-        // As the informer: outcomes come later, never inside start().
+        // As a list/watch loop: outcomes come later, never inside start().
         setImmediate(() => (outcome === 'ok' ? sup.listed(m, 1) : sup.failed(m, outcome(op))));
       },
       stop() {

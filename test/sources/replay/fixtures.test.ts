@@ -1,7 +1,7 @@
 /**
  * What replay paths stand for and reading one (src/sources/replay/fixtures.ts):
  * files as given, directories as their fixture files in byte order, `-` as
- * stdin; strict before a run, tolerant under --watch.
+ * stdin; strict before a run, tolerant under --watch; read and parsed.
  */
 import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -9,7 +9,7 @@ import { Readable } from 'node:stream';
 import t from 'tap';
 import { CalloutError } from '../../../src/errors.js';
 import { silentLogger } from '../../../src/log.js';
-import { errnoText, expandPaths, parseSlot, readSlot, warnIfEmpty } from '../../../src/sources/replay/fixtures.js';
+import { errnoText, expandPaths, loadSlot, parseSlot, readSlot, warnIfEmpty } from '../../../src/sources/replay/fixtures.js';
 import { tempDir } from '../../helpers/files.js';
 import { stateLine } from '../../helpers/fixtures.js';
 import { captureLog } from '../../helpers/sink.js';
@@ -67,4 +67,20 @@ t.test('parseSlot sets the origin; warnIfEmpty names an empty state', async (t) 
     'kpng-callout warn: <stdin>: no Services in this fixture: the state is empty (a data-plane callout given it deletes every rule it made)',
   ]);
   t.throws(() => parseSlot({ name: 'bad.jsonl', abs: '/x' }, Buffer.from('{'), opts), { message: "bad.jsonl:1:2: Expected property name or '}' in JSON" });
+});
+
+t.test('loadSlot: reads and parses a fixture (file or stdin), as readSlot and parseSlot do', async (t) => {
+  const dir = tempDir(t, 'replay-fixtures-');
+  const f = join(dir, 'a.jsonl');
+  writeFileSync(f, stateLine('a'));
+  const log = captureLog();
+  const st = await loadSlot({ name: f, abs: f }, { nodeName: 'n', logger: log.logger });
+  t.same([st.origin, st.services], [f, 1]);
+  const fromStdin = await loadSlot({ name: '<stdin>', abs: '' }, { nodeName: 'n', logger: log.logger, stdin: Readable.from([Buffer.from(stateLine('b'))]) });
+  t.same([fromStdin.origin, fromStdin.services], ['<stdin>', 1]);
+  await t.rejects(loadSlot({ name: 'gone.yaml', abs: join(dir, 'gone.yaml') }, { nodeName: 'n', logger: log.logger }), new CalloutError('input', 'gone.yaml: no such file or directory'));
+  writeFileSync(join(dir, 'bin.yaml'), Buffer.from([0x61, 0x00]));
+  await t.rejects(loadSlot({ name: 'bin.yaml', abs: join(dir, 'bin.yaml') }, { nodeName: 'n', logger: log.logger }), {
+    message: 'bin.yaml: not a text file (a NUL byte at line 1, column 2; fixtures are UTF-8 text)',
+  });
 });

@@ -1,0 +1,481 @@
+#!/usr/bin/env node
+// Replay of big dumps (npm run bench:replay, after npm run build). Not tests.
+//
+// Generates one cluster of --services Services (default 10,000), one
+// EndpointSlice per Service with --per-service endpoints (default 10) spread
+// over --nodes Nodes (default 100), and the Nodes, as `kubectl get
+// svc,endpointslices,nodes -A` prints them (managedFields, resourceVersion,
+// uid, last-applied-configuration, ownerReferences, node status and images),
+// into a temporary directory, in three forms:
+//   multi-doc YAML   one document per object, `---` between them;
+//   List YAML        `kubectl get ... -o yaml`: one `kind: List`;
+//   List JSON        `kubectl get ... -o json` (4-space indentation).
+// Each is replayed by the built bin, as a user would:
+//   kpng-json replay --node-name node-7 FILE > /dev/null
+// in a child process, --runs times (default 3): wall time (spawn to exit,
+// measured here) and peak RSS (/usr/bin/time -v's "Maximum resident set
+// size", else VmHWM polled from /proc every 10 ms: a lower bound). One more run
+// per form writes stdout to a file: the three outputs must be identical, or
+// the benchmark fails.
+//
+// Prints a markdown table and records it in bench/RESULTS.md under "Replay of
+// big dumps (issue 11)", as a block named by --label (default "current"); a
+// block with the same label is replaced, others are kept (so "before ..." and
+// "after ..." sit side by side, "before" first). Options:
+//   --services 10000 --per-service 10 --nodes 100 --runs 3 --label current
+//   --bin path/to/kpng-json (another build, e.g. a baseline: `git archive HEAD
+//   src bin package.json tsconfig.json | tar -x -C DIR`, node_modules linked, tsc)
+//   --keep (leave the fixtures in the temp dir) --no-record
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { once } from 'node:events';
+import { closeSync, createWriteStream, existsSync, mkdtempSync, openSync, readFileSync, rmSync, statSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import { flag, machine, opt, recordSection, resultsFile, root, runDate } from './lib.js';
+
+const HEADING = '## Replay of big dumps (issue 11)';
+const SERVICES = Number(opt('--services', '10000'));
+const PER_SERVICE = Number(opt('--per-service', '10'));
+const NODES = Number(opt('--nodes', '100'));
+const RUNS = Number(opt('--runs', '3'));
+const LABEL = opt('--label', 'current');
+const RECORD = !flag('--no-record');
+const KEEP = flag('--keep');
+const NODE_NAME = 'node-7';
+
+// ------------------------------------------------------------ the cluster
+
+const pad = (n, w) => String(n).padStart(w, '0');
+/** A stable fake uid for (kind, i). */
+const uid = (kind, i) => {
+  const h = createHash('sha1').update(`${kind}/${i}`).digest('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20, 32)}`;
+};
+const time = (sec) => new Date(Date.UTC(2026, 9, 1) + sec * 1000).toISOString().replace('.000Z', 'Z');
+const zoneOf = (node) => `zone-${'abc'[node % 3]}`;
+let rv = 4_000_000;
+
+function service(i) {
+  const ns = `ns-${pad(i % 100, 2)}`;
+  const name = `svc-${pad(i, 5)}`;
+  const ip = `10.96.${(i + 1) >> 8}.${(i + 1) & 255}`;
+  const selector = { app: name };
+  const ports = [
+    { name: 'http', port: 80, protocol: 'TCP', targetPort: 8080 },
+    { name: 'https', port: 443, protocol: 'TCP', targetPort: 'https' },
+  ];
+  const applied = { apiVersion: 'v1', kind: 'Service', metadata: { annotations: {}, labels: { app: name, tier: 'backend' }, name, namespace: ns }, spec: { ports, selector } };
+  return {
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: {
+      annotations: { 'kubectl.kubernetes.io/last-applied-configuration': JSON.stringify(applied) + '\n' },
+      creationTimestamp: time(i),
+      labels: { app: name, tier: 'backend' },
+      managedFields: [
+        {
+          apiVersion: 'v1',
+          fieldsType: 'FieldsV1',
+          fieldsV1: {
+            'f:metadata': { 'f:annotations': { '.': {}, 'f:kubectl.kubernetes.io/last-applied-configuration': {} }, 'f:labels': { '.': {}, 'f:app': {}, 'f:tier': {} } },
+            'f:spec': {
+              'f:internalTrafficPolicy': {},
+              'f:ports': {
+                '.': {},
+                'k:{"port":80,"protocol":"TCP"}': { '.': {}, 'f:name': {}, 'f:port': {}, 'f:protocol': {}, 'f:targetPort': {} },
+                'k:{"port":443,"protocol":"TCP"}': { '.': {}, 'f:name': {}, 'f:port': {}, 'f:protocol': {}, 'f:targetPort': {} },
+              },
+              'f:selector': {},
+              'f:sessionAffinity': {},
+              'f:type': {},
+            },
+          },
+          manager: 'kubectl-client-side-apply',
+          operation: 'Update',
+          time: time(i),
+        },
+      ],
+      name,
+      namespace: ns,
+      resourceVersion: String(rv++),
+      uid: uid('svc', i),
+    },
+    spec: {
+      clusterIP: ip,
+      clusterIPs: [ip],
+      internalTrafficPolicy: 'Cluster',
+      ipFamilies: ['IPv4'],
+      ipFamilyPolicy: 'SingleStack',
+      ports,
+      selector,
+      sessionAffinity: 'None',
+      type: 'ClusterIP',
+    },
+    status: { loadBalancer: {} },
+  };
+}
+
+function endpointSlice(i) {
+  const ns = `ns-${pad(i % 100, 2)}`;
+  const svc = `svc-${pad(i, 5)}`;
+  const name = `${svc}-${uid('slice', i).slice(0, 5)}`;
+  const endpoints = [];
+  for (let j = 0; j < PER_SERVICE; j++) {
+    const node = (i * PER_SERVICE + j) % NODES;
+    const n = i * PER_SERVICE + j;
+    endpoints.push({
+      addresses: [`10.${128 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}`],
+      conditions: { ready: true, serving: true, terminating: false },
+      nodeName: `node-${node}`,
+      targetRef: { kind: 'Pod', name: `${svc}-7d9f8b6c5-${uid('pod', n).slice(0, 5)}`, namespace: ns, uid: uid('pod', n) },
+      zone: zoneOf(node),
+    });
+  }
+  return {
+    addressType: 'IPv4',
+    apiVersion: 'discovery.k8s.io/v1',
+    endpoints,
+    kind: 'EndpointSlice',
+    metadata: {
+      annotations: { 'endpoints.kubernetes.io/last-change-trigger-time': time(i + 60) },
+      creationTimestamp: time(i),
+      generateName: `${svc}-`,
+      generation: 3,
+      labels: {
+        app: svc,
+        'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io',
+        'kubernetes.io/service-name': svc,
+        tier: 'backend',
+      },
+      managedFields: [
+        {
+          apiVersion: 'discovery.k8s.io/v1',
+          fieldsType: 'FieldsV1',
+          fieldsV1: {
+            'f:addressType': {},
+            'f:endpoints': {},
+            'f:metadata': {
+              'f:annotations': { '.': {}, 'f:endpoints.kubernetes.io/last-change-trigger-time': {} },
+              'f:generateName': {},
+              'f:labels': { '.': {}, 'f:app': {}, 'f:endpointslice.kubernetes.io/managed-by': {}, 'f:kubernetes.io/service-name': {}, 'f:tier': {} },
+              'f:ownerReferences': { '.': {}, [`k:{"uid":"${uid('svc', i)}"}`]: {} },
+            },
+            'f:ports': {},
+          },
+          manager: 'kube-controller-manager',
+          operation: 'Update',
+          time: time(i + 60),
+        },
+      ],
+      name,
+      namespace: ns,
+      ownerReferences: [{ apiVersion: 'v1', blockOwnerDeletion: true, controller: true, kind: 'Service', name: svc, uid: uid('svc', i) }],
+      resourceVersion: String(rv++),
+      uid: uid('slice', i),
+    },
+    ports: [
+      { name: 'http', port: 8080, protocol: 'TCP' },
+      { name: 'https', port: 8443, protocol: 'TCP' },
+    ],
+  };
+}
+
+function node(k) {
+  const name = `node-${k}`;
+  const cond = (type, status, reason, message) => ({ lastHeartbeatTime: time(9000), lastTransitionTime: time(100), message, reason, status, type });
+  return {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {
+      annotations: { 'node.alpha.kubernetes.io/ttl': '0', 'volumes.kubernetes.io/controller-managed-attach-detach': 'true' },
+      creationTimestamp: time(k),
+      labels: {
+        'beta.kubernetes.io/arch': 'amd64',
+        'beta.kubernetes.io/os': 'linux',
+        'kubernetes.io/arch': 'amd64',
+        'kubernetes.io/hostname': name,
+        'kubernetes.io/os': 'linux',
+        'topology.kubernetes.io/region': 'region-1',
+        'topology.kubernetes.io/zone': zoneOf(k),
+      },
+      managedFields: [
+        {
+          apiVersion: 'v1',
+          fieldsType: 'FieldsV1',
+          fieldsV1: { 'f:metadata': { 'f:annotations': { '.': {}, 'f:volumes.kubernetes.io/controller-managed-attach-detach': {} }, 'f:labels': { '.': {}, 'f:kubernetes.io/hostname': {} } } },
+          manager: 'kubelet',
+          operation: 'Update',
+          time: time(k),
+        },
+        {
+          apiVersion: 'v1',
+          fieldsType: 'FieldsV1',
+          fieldsV1: { 'f:status': { 'f:conditions': { 'k:{"type":"Ready"}': { 'f:lastHeartbeatTime': {}, 'f:status': {} } }, 'f:images': {}, 'f:nodeInfo': { 'f:bootID': {} } } },
+          manager: 'kubelet',
+          operation: 'Update',
+          subresource: 'status',
+          time: time(9000),
+        },
+      ],
+      name,
+      resourceVersion: String(rv++),
+      uid: uid('node', k),
+    },
+    spec: { podCIDR: `10.244.${k}.0/24`, podCIDRs: [`10.244.${k}.0/24`], providerID: `kind://docker/cluster/${name}` },
+    status: {
+      addresses: [
+        { address: `172.18.${k >> 8}.${(k & 255) + 2}`, type: 'InternalIP' },
+        { address: name, type: 'Hostname' },
+      ],
+      allocatable: { cpu: '8', 'ephemeral-storage': '102626232Ki', 'hugepages-2Mi': '0', memory: '32803836Ki', pods: '110' },
+      capacity: { cpu: '8', 'ephemeral-storage': '102626232Ki', 'hugepages-2Mi': '0', memory: '32803836Ki', pods: '110' },
+      conditions: [
+        cond('MemoryPressure', 'False', 'KubeletHasSufficientMemory', 'kubelet has sufficient memory available'),
+        cond('DiskPressure', 'False', 'KubeletHasNoDiskPressure', 'kubelet has no disk pressure'),
+        cond('PIDPressure', 'False', 'KubeletHasSufficientPID', 'kubelet has sufficient PID available'),
+        cond('Ready', 'True', 'KubeletReady', 'kubelet is posting ready status'),
+      ],
+      daemonEndpoints: { kubeletEndpoint: { Port: 10250 } },
+      images: Array.from({ length: 8 }, (_, m) => ({
+        names: [`registry.k8s.io/image-${m}@sha256:${createHash('sha256').update(String(m)).digest('hex')}`, `registry.k8s.io/image-${m}:v1.${m}.0`],
+        sizeBytes: 10_000_000 + m * 1_234_567,
+      })),
+      nodeInfo: {
+        architecture: 'amd64',
+        bootID: uid('boot', k),
+        containerRuntimeVersion: 'containerd://1.7.18',
+        kernelVersion: '6.8.0-45-generic',
+        kubeProxyVersion: 'v1.31.0',
+        kubeletVersion: 'v1.31.0',
+        machineID: uid('machine', k).replaceAll('-', ''),
+        operatingSystem: 'linux',
+        osImage: 'Debian GNU/Linux 12 (bookworm)',
+        systemUUID: uid('system', k),
+      },
+    },
+  };
+}
+
+// ------------------------------------------------------ a kubectl-style YAML emitter
+
+// Strings kubectl (go-yaml) quotes: what would read as another type, or is empty.
+const NEEDS_QUOTES = /^(?:|~|null|Null|NULL|true|True|TRUE|false|False|FALSE|y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF|[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)|0x[0-9a-fA-F]+|0o[0-7]+|\d{4}-\d\d-\d\d.*)$/;
+const PLAIN = /^[A-Za-z0-9_./][A-Za-z0-9_./:{}",@=+ -]*$/;
+
+function scalar(v) {
+  if (typeof v !== 'string') return String(v);
+  if (NEEDS_QUOTES.test(v) || !PLAIN.test(v) || v.includes(': ') || v.endsWith(':') || v.endsWith(' ') || v.includes(' #')) return JSON.stringify(v);
+  return v;
+}
+
+/** `o` as block YAML lines at `indent`, pushed onto `out` (go-yaml v2 layout: list items at the parent key's indentation). */
+function emit(o, indent, out) {
+  const sp = ' '.repeat(indent);
+  for (const [k, v] of Object.entries(o)) {
+    const key = `${sp}${scalar(k)}:`;
+    if (Array.isArray(v)) {
+      if (v.length === 0) out.push(`${key} []`);
+      else {
+        out.push(key);
+        emitList(v, indent, out);
+      }
+    } else if (v && typeof v === 'object') {
+      if (Object.keys(v).length === 0) out.push(`${key} {}`);
+      else {
+        out.push(key);
+        emit(v, indent + 2, out);
+      }
+    } else if (typeof v === 'string' && v.includes('\n')) {
+      const body = v.endsWith('\n') ? v.slice(0, -1) : v;
+      out.push(`${key} |${v.endsWith('\n') ? '' : '-'}`);
+      for (const l of body.split('\n')) out.push(`${sp}  ${l}`);
+    } else out.push(`${key} ${scalar(v)}`);
+  }
+}
+
+function emitList(list, indent, out) {
+  const sp = ' '.repeat(indent);
+  for (const item of list) {
+    if (item && typeof item === 'object' && !Array.isArray(item) && Object.keys(item).length > 0) {
+      const lines = [];
+      emit(item, indent + 2, lines);
+      lines[0] = `${sp}- ${lines[0].slice(indent + 2)}`;
+      out.push(...lines);
+    } else out.push(`${sp}- ${scalar(item)}`);
+  }
+}
+
+const yamlOf = (o, indent = 0) => {
+  const out = [];
+  emit(o, indent, out);
+  return out.join('\n') + '\n';
+};
+
+/** Writes the three forms of the cluster into dir; returns their paths. */
+async function writeFixtures(dir) {
+  const files = { multi: join(dir, 'cluster-docs.yaml'), list: join(dir, 'cluster-list.yaml'), json: join(dir, 'cluster-list.json') };
+  const multi = createWriteStream(files.multi);
+  const list = createWriteStream(files.list);
+  const json = createWriteStream(files.json);
+  const write = async (s, text) => {
+    if (!s.write(text)) await once(s, 'drain');
+  };
+  await write(list, 'apiVersion: v1\nitems:\n');
+  await write(json, '{\n    "apiVersion": "v1",\n    "items": [\n');
+  let first = true;
+  const add = async (o) => {
+    await write(multi, (first ? '' : '---\n') + yamlOf(o));
+    const lines = [];
+    emitList([o], 0, lines);
+    await write(list, lines.join('\n') + '\n');
+    const j = JSON.stringify(o, null, 4).replace(/^/gm, '        ');
+    await write(json, (first ? '' : ',\n') + j);
+    first = false;
+  };
+  for (let i = 0; i < SERVICES; i++) await add(service(i));
+  for (let i = 0; i < SERVICES; i++) await add(endpointSlice(i));
+  for (let k = 0; k < NODES; k++) await add(node(k));
+  await write(list, 'kind: List\nmetadata:\n  resourceVersion: ""\n');
+  await write(json, '\n    ],\n    "kind": "List",\n    "metadata": {\n        "resourceVersion": ""\n    }\n}\n');
+  await Promise.all([multi, list, json].map((s) => new Promise((res) => s.end(res))));
+  return files;
+}
+
+/** The emitter must print what a YAML reader reads back as the same object. */
+async function checkEmitter() {
+  const { parse, parseAllDocuments } = await import(join(root, 'node_modules/yaml/dist/index.js'));
+  const samples = [service(0), service(12345), endpointSlice(7), node(3)];
+  for (const o of samples) {
+    const back = parse(yamlOf(o));
+    if (JSON.stringify(back) !== JSON.stringify(o)) throw new Error(`emitter: ${o.kind} does not read back as itself`);
+  }
+  const lines = [];
+  emitList(samples, 0, lines);
+  const docs = parseAllDocuments(`items:\n${lines.join('\n')}\n`);
+  if (JSON.stringify(docs[0].toJS().items) !== JSON.stringify(samples)) throw new Error('emitter: list items do not read back');
+}
+
+// ------------------------------------------------------------ measuring
+
+const TIME = existsSync('/usr/bin/time') ? '/usr/bin/time' : undefined;
+const BIN = opt('--bin', join(root, 'bin/kpng-json'));
+
+/** One replay of `file`, stdout to `outPath` (default /dev/null): { wallS, peakMiB }. */
+async function runOnce(file, outPath = '/dev/null') {
+  const out = openSync(outPath, 'w');
+  const args = [BIN, 'replay', '--node-name', NODE_NAME, file];
+  const t0 = process.hrtime.bigint();
+  const child = TIME
+    ? spawn(TIME, ['-v', process.execPath, ...args], { stdio: ['ignore', out, 'pipe'] })
+    : spawn(process.execPath, args, { stdio: ['ignore', out, 'pipe'] });
+  let stderr = '';
+  child.stderr.setEncoding('utf8').on('data', (d) => (stderr += d));
+  let hwm = 0;
+  const poll = TIME
+    ? undefined
+    : setInterval(() => {
+        try {
+          const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'));
+          if (m) hwm = Math.max(hwm, Number(m[1]));
+        } catch {
+          // exited between two polls
+        }
+      }, 10);
+  const [code] = await once(child, 'exit');
+  const wallS = Number(process.hrtime.bigint() - t0) / 1e9;
+  if (poll) clearInterval(poll);
+  closeSync(out);
+  if (code !== 0) throw new Error(`replay ${file} exited ${code}:\n${stderr}`);
+  if (TIME) {
+    const m = /Maximum resident set size \(kbytes\): (\d+)/.exec(stderr);
+    if (!m) throw new Error(`no peak RSS in /usr/bin/time's output:\n${stderr}`);
+    hwm = Number(m[1]);
+  }
+  return { wallS, peakMiB: hwm / 1024 };
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const sha = (path) => createHash('sha256').update(readFileSync(path)).digest('hex');
+
+// ------------------------------------------------------------ main
+
+await checkEmitter();
+const dir = mkdtempSync(join(os.tmpdir(), 'kpng-replay-bench-'));
+try {
+  console.log(`generating ${SERVICES} Services × ${PER_SERVICE} endpoints, ${NODES} Nodes in ${dir} ...`);
+  const files = await writeFixtures(dir);
+  const forms = [
+    ['multi-document YAML', files.multi],
+    ['`kind: List` YAML', files.list],
+    ['`kind: List` JSON', files.json],
+  ];
+  // Same state from every form.
+  const digests = [];
+  for (const [name, file] of forms) {
+    const outPath = join(dir, 'out.jsonl');
+    await runOnce(file, outPath);
+    digests.push(sha(outPath));
+    const lines = readFileSync(outPath, 'utf8').split('\n').length - 1;
+    console.log(`${name}: ${lines} lines of output, sha256 ${digests.at(-1).slice(0, 16)}`);
+  }
+  if (new Set(digests).size !== 1) throw new Error('the three forms gave different outputs');
+
+  const rows = [];
+  for (const [name, file] of forms) {
+    const runs = [];
+    for (let r = 0; r < RUNS; r++) {
+      runs.push(await runOnce(file));
+      console.log(`${name} run ${r + 1}: ${runs.at(-1).wallS.toFixed(2)} s, ${runs.at(-1).peakMiB.toFixed(0)} MiB`);
+    }
+    const walls = runs.map((x) => x.wallS);
+    const peaks = runs.map((x) => x.peakMiB);
+    const mib = statSync(file).size / 2 ** 20;
+    rows.push(
+      `| ${name} | ${mib.toFixed(1)} | ${median(walls).toFixed(2)} | ${Math.min(...walls).toFixed(2)}–${Math.max(...walls).toFixed(2)} | ${median(peaks).toFixed(0)} | ${Math.max(...peaks).toFixed(0)} |`,
+    );
+  }
+  const table = ['| fixture | MiB | wall s (median) | wall s (min–max) | peak RSS MiB (median) | peak RSS MiB (max) |', '|---|---:|---:|---:|---:|---:|', ...rows].join('\n');
+  console.log(`\n${table}\n`);
+
+  const block = `### ${LABEL}
+
+Run on ${runDate()} UTC, ${machine()}${BIN === join(root, 'bin/kpng-json') ? '' : ` (\`--bin ${BIN}\`)`}. ${SERVICES.toLocaleString('en')} Services, ${SERVICES.toLocaleString('en')} EndpointSlices × ${PER_SERVICE} endpoints, ${NODES} Nodes; ${RUNS} runs each; peak RSS from ${TIME ? '/usr/bin/time -v' : 'VmHWM polling (a lower bound)'}.
+
+${table}
+`;
+  if (RECORD) recordSection(HEADING, sectionWith(block));
+} finally {
+  if (KEEP) console.log(`fixtures kept in ${dir}`);
+  else rmSync(dir, { recursive: true, force: true });
+}
+
+/** The section with `block` in place of the block of the same label (or added), other blocks kept. */
+function sectionWith(block) {
+  const intro = `${HEADING}
+
+\`npm run bench:replay\` (bench/replay.js): a generated cluster as \`kubectl get svc,endpointslices,nodes -A\`
+prints it (with managedFields, resourceVersion, uid, last-applied-configuration, node status and images),
+replayed by \`kpng-json replay --node-name ${NODE_NAME} FILE > /dev/null\` in a child process: wall time from
+spawn to exit, peak RSS of the process. The three forms must give byte-identical output.
+Target (issue 11): ≤ 3 s and ≤ 400 MiB for both YAML forms at 10,000 Services.
+`;
+  let blocks = [];
+  const text = existsSync(resultsFile) ? readFileSync(resultsFile, 'utf8') : '';
+  const start = text.indexOf(HEADING);
+  if (start >= 0) {
+    const next = text.indexOf('\n## ', start + HEADING.length);
+    const old = text.slice(start, next >= 0 ? next + 1 : undefined);
+    blocks = old.split(/\n(?=### )/).slice(1).map((b) => b.trim() + '\n');
+  }
+  const label = `### ${LABEL}\n`;
+  const i = blocks.findIndex((b) => b.startsWith(label));
+  if (i >= 0) blocks[i] = block;
+  else blocks.push(block);
+  // A "before ..." block (a baseline) first.
+  blocks.sort((a, b) => Number(b.startsWith('### before')) - Number(a.startsWith('### before')));
+  return [intro, ...blocks].join('\n');
+}
