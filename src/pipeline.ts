@@ -10,7 +10,7 @@ import type { Metrics } from './metrics/metrics.js';
 import type { MetricsServer } from './metrics/server.js';
 import type { Address } from './options.js';
 import type { RunResult } from './runner/callout.js';
-import { Runner } from './runner/runner.js';
+import type { Runner } from './runner/runner.js';
 import type { Source, StateSink } from './source.js';
 import type { State } from './state.js';
 import { constants as osConstants } from 'node:os';
@@ -184,6 +184,8 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
     };
   } else {
     const r = spec.runner!;
+    // Loaded only for kpng-callout: kpng-json has no runner, and start-up time counts (a first sync).
+    const { Runner } = await import('./runner/runner.js');
     runner = new Runner({
       file: r.callout,
       debounceMs: r.debounceMs,
