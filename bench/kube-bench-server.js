@@ -19,7 +19,7 @@
 // `timeoutSeconds` ends a watch cleanly, as the API server does. Responses
 // are never compressed.
 //
-// The cluster (see `cluster` below): N Services (ClusterIP, two ports, one in
+// The cluster (bench/cluster.js): N Services (ClusterIP, two ports, one in
 // ten with external IPs from 198.51.100.0/24 or 2001:db8::/32, one in fifty
 // IPv6; one in a hundred labelled for another service proxy, so not selected;
 // one in ten topology-aware), one EndpointSlice per Service with 10 endpoints
@@ -52,153 +52,18 @@ import { createServer } from 'node:http';
 import { resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { endpointSlice, node as nodeAt, nodeOf, pad, PROXY_LABEL, readyOf, service, shape as cluster, zoneOf } from './cluster.js';
 
-const PROXY_LABEL = 'service.kubernetes.io/service-proxy-name';
-const ZONE_LABEL = 'topology.kubernetes.io/zone';
 /** What the kube source asks for (src/sources/kube.ts serviceLabelSelector, no --service-proxy-name). */
 const SERVICE_SELECTOR = `!${PROXY_LABEL},!service.kubernetes.io/headless`;
-const CREATED = '2026-11-01T00:00:00Z';
 
 // ---------------------------------------------------------------- the cluster
 
-/** A deterministic UUID-shaped uid. */
-const uid = (kind, i) => `${kind.toString(16).padStart(8, '0')}-0000-4000-8000-${i.toString(16).padStart(12, '0')}`;
-const v4 = (base, x) => `10.${base + (x >> 16)}.${(x >> 8) & 255}.${x & 255}`;
-/** An IPv6 address under `prefix` (ending in `::`) numbered x (two 16-bit groups). */
-const v6 = (prefix, x) => `${prefix}${x >>> 16 ? `${(x >>> 16).toString(16)}:` : ''}${(x & 0xffff).toString(16)}`;
-const pad = (x) => x.toString(36).padStart(5, 'x');
-
-/** The shape of Service i; shared by the objects and the expectations. */
-function cluster(i) {
-  return {
-    namespace: `ns-${i % 50}`,
-    name: `svc-${i}`,
-    /** Selected by the source (no service-proxy-name label). */
-    selected: i % 100 !== 99,
-    /** Its endpoints carry zone hints. */
-    hinted: i % 10 === 1,
-    ipv6: i % 50 === 25,
-  };
-}
-
-/** Node of endpoint j of Service i. */
-const nodeOf = (i, j) => (i * 10 + j * 11) % 100;
-const zoneOf = (node) => `zone-${node % 3}`;
-/** Endpoint j of Service i is ready (endpoint 9 of one Service in five is not). */
-const readyOf = (i, j) => !(j === 9 && i % 5 === 2);
-
-/** Service i as the API server lists it (no kind/apiVersion, as list items). */
-function serviceObject(i, rv) {
-  const c = cluster(i);
-  const ext = i % 10 === 3 ? [`198.51.100.${(i % 254) + 1}`] : i % 10 === 7 ? [`198.51.100.${(i % 254) + 1}`, v6('2001:db8::', i)] : undefined;
-  const clusterIP = c.ipv6 ? v6('2001:db8:96::', i) : v4(96, i + 10);
-  return {
-    metadata: {
-      name: c.name,
-      namespace: c.namespace,
-      uid: uid(1, i),
-      resourceVersion: String(rv),
-      creationTimestamp: CREATED,
-      labels: { app: c.name, 'app.kubernetes.io/part-of': `team-${i % 7}`, ...(c.selected ? {} : { [PROXY_LABEL]: 'other-proxy' }) },
-      ...(c.hinted ? { annotations: { 'service.kubernetes.io/topology-mode': 'Auto' } } : {}),
-    },
-    spec: {
-      ports: [
-        { name: 'http', protocol: 'TCP', port: 80, targetPort: 8080 },
-        { name: 'https', protocol: 'TCP', port: 443, targetPort: 8443 },
-      ],
-      selector: { app: c.name },
-      clusterIP,
-      clusterIPs: [clusterIP],
-      type: 'ClusterIP',
-      ...(ext ? { externalIPs: ext } : {}),
-      sessionAffinity: 'None',
-      ipFamilies: [c.ipv6 ? 'IPv6' : 'IPv4'],
-      ipFamilyPolicy: 'SingleStack',
-      internalTrafficPolicy: 'Cluster',
-    },
-    status: { loadBalancer: {} },
-  };
-}
-
-/** Address of endpoint j of Service i at `version` (bumped by `change`). */
-function address(i, j, version, perService, ipv6) {
-  const x = (i * perService + j + version * 1_000_003) % 4_000_000;
-  return ipv6 ? v6('2001:db8:244::', x) : v4(128, x);
-}
-
-/**
- * The EndpointSlice of Service i at `version`: each version moves one more
- * endpoint to a new address, in turn over all but the last (which may be not
- * ready), so that every change is one this node sees.
- */
-function sliceObject(i, version, rv, perService) {
-  const c = cluster(i);
-  const turn = Math.max(1, perService - 1);
-  /** How many times endpoint j was moved by `version`. */
-  const moves = (j) => (j < turn ? Math.floor((version + turn - 1 - j) / turn) : 0);
-  const endpoints = [];
-  for (let j = 0; j < perService; j++) {
-    const node = nodeOf(i, j);
-    const ready = readyOf(i, j);
-    const pod = `${c.name}-7d9f8b6c5-${pad(i * perService + j)}`;
-    endpoints.push({
-      addresses: [address(i, j, moves(j), perService, c.ipv6)],
-      conditions: { ready, serving: ready, terminating: false },
-      ...(c.hinted ? { hints: { forZones: [{ name: zoneOf(node) }] } } : {}),
-      nodeName: `node-${node}`,
-      targetRef: { kind: 'Pod', namespace: c.namespace, name: pod, uid: uid(3, i * perService + j) },
-      zone: zoneOf(node),
-    });
-  }
-  return {
-    metadata: {
-      name: `${c.name}-${pad(i)}`,
-      generateName: `${c.name}-`,
-      namespace: c.namespace,
-      uid: uid(2, i),
-      resourceVersion: String(rv),
-      generation: version + 1,
-      creationTimestamp: CREATED,
-      labels: { app: c.name, 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io', 'kubernetes.io/service-name': c.name },
-      annotations: { 'endpoints.kubernetes.io/last-change-trigger-time': CREATED },
-      ownerReferences: [{ apiVersion: 'v1', kind: 'Service', name: c.name, uid: uid(1, i), controller: true, blockOwnerDeletion: true }],
-    },
-    addressType: c.ipv6 ? 'IPv6' : 'IPv4',
-    endpoints,
-    ports: [
-      { name: 'http', protocol: 'TCP', port: 8080 },
-      { name: 'https', protocol: 'TCP', port: 8443 },
-    ],
-  };
-}
-
-function nodeObject(n, rv) {
-  return {
-    metadata: {
-      name: `node-${n}`,
-      uid: uid(4, n),
-      resourceVersion: String(rv),
-      creationTimestamp: CREATED,
-      labels: {
-        'kubernetes.io/arch': 'amd64',
-        'kubernetes.io/hostname': `node-${n}`,
-        'kubernetes.io/os': 'linux',
-        'topology.kubernetes.io/region': 'region-0',
-        [ZONE_LABEL]: zoneOf(n),
-      },
-    },
-    spec: { podCIDR: `10.244.${n}.0/24`, podCIDRs: [`10.244.${n}.0/24`] },
-    status: {
-      addresses: [
-        { type: 'InternalIP', address: `10.0.${n >> 8}.${n & 255}` },
-        { type: 'Hostname', address: `node-${n}` },
-      ],
-      conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', lastHeartbeatTime: CREATED, lastTransitionTime: CREATED }],
-      nodeInfo: { kubeletVersion: 'v1.31.0', containerRuntimeVersion: 'containerd://1.7.0', osImage: 'Linux', architecture: 'amd64', operatingSystem: 'linux' },
-    },
-  };
-}
+// Objects from bench/cluster.js as the API server lists them: no kind/apiVersion,
+// no managedFields, no Service variants; slices move one more endpoint per version.
+const serviceObject = (i, rv) => service(i, rv);
+const sliceObject = (i, version, rv, perService) => endpointSlice(i, version, rv, { perService });
+const nodeObject = (n, rv) => nodeAt(n, { rv });
 
 /**
  * What `kpng-json kube --node-name node-NODE` must print for the cluster:

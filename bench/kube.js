@@ -41,12 +41,12 @@
 //                    checkout of another commit) instead of this checkout's
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { changeable, expected } from './kube-bench-server.js';
-import { flag, handOverFloor, machine, opt, otherProcessesCpu, quantile, recordSection, root, runDate } from './lib.js';
+import { flag, handOverFloor, haveTime, machine, opt, otherProcessesCpu, quantile, recordSection, root, runDate, timedPeakKiB, underTime } from './lib.js';
 
 const SIZES = opt('--sizes', '1000,5000,10000,20000').split(',').map(Number);
 const RUNS = Number(opt('--runs', '3'));
@@ -65,7 +65,6 @@ const NODE_NAME = `node-${NODE}`;
 const TARGET = { syncOverFetchMs: 1000, peakMiB: 200, idleMiB: 150, latencyRatio: 1.2 };
 
 const SECTION = `## Kubernetes source at scale: ${LABEL}`;
-const haveTime = existsSync('/usr/bin/time');
 const dir = mkdtempSync(join(os.tmpdir(), 'kpng-bench-kube-'));
 const env = { ...process.env };
 delete env.NODE_OPTIONS;
@@ -166,7 +165,7 @@ async function startServer(services) {
 function runOnce(server) {
   return new Promise((resolvePromise, reject) => {
     const argv = [join(BIN_ROOT, 'bin/kpng-json'), 'kube', '--once', '--node-name', NODE_NAME, '-q'];
-    const [file, args] = haveTime ? ['/usr/bin/time', ['-f', 'peak-rss-kib %M', process.execPath, ...argv]] : [process.execPath, argv];
+    const [file, args] = underTime(process.execPath, argv);
     const chunks = [];
     let stderr = '';
     let hwm = 0;
@@ -186,8 +185,8 @@ function runOnce(server) {
       const wall = Number(process.hrtime.bigint() - t0) / 1e6;
       clearInterval(poll);
       if (code !== 0) return reject(new Error(`kpng-json kube --once exited ${code}: ${stderr}`));
-      const m = /peak-rss-kib (\d+)/.exec(stderr);
-      resolvePromise({ wall, peakMiB: m ? Number(m[1]) / 1024 : hwm, stdout: Buffer.concat(chunks) });
+      const kib = timedPeakKiB(stderr);
+      resolvePromise({ wall, peakMiB: kib !== undefined ? kib / 1024 : hwm, stdout: Buffer.concat(chunks) });
     });
   });
 }

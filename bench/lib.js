@@ -1,7 +1,8 @@
 // Shared by the benchmark scripts (bench/run.js, bench/callouts.js,
-// bench/codec.js, bench/kube.js): where the repository is, the machine line,
-// the RESULTS.md section each one records its table in, the floor of an
-// incremental run, and the CPU other processes take meanwhile.
+// bench/codec.js, bench/kube.js, bench/replay.js): where the repository is,
+// the machine line, the RESULTS.md section each one records its table in, a
+// child's peak RSS from /usr/bin/time, the floor of an incremental run, and
+// the CPU other processes take meanwhile.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -56,6 +57,18 @@ export function recordSection(heading, section) {
   }
   writeFileSync(resultsFile, text);
   console.log(`recorded in ${resultsFile}`);
+}
+
+/** Whether /usr/bin/time is there: peak RSS from it (see underTime), else scripts poll VmHWM. */
+export const haveTime = existsSync('/usr/bin/time');
+
+/** [file, args] that run `cmd argv` under /usr/bin/time when there, which then prints "peak-rss-kib N" on stderr. */
+export const underTime = (cmd, argv) => (haveTime ? ['/usr/bin/time', ['-f', 'peak-rss-kib %M', cmd, ...argv]] : [cmd, argv]);
+
+/** The peak RSS (KiB) in the stderr of a command run by underTime, else undefined. */
+export function timedPeakKiB(stderr) {
+  const m = /peak-rss-kib (\d+)/.exec(stderr);
+  return m ? Number(m[1]) : undefined;
 }
 
 /** The q-quantile (0..1) of an ascending array (nearest rank). */

@@ -19,6 +19,7 @@
 import { createHash } from 'node:crypto';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { endpointSlice, node as nodeAt, service } from './cluster.js';
 
 const args = process.argv.slice(2);
 const opt = (name, def) => {
@@ -30,7 +31,6 @@ const dist = resolve(opt('--dist', new URL('../dist', import.meta.url).pathname)
 const N = Number(opt('--services', '10000'));
 const PER = Number(opt('--per-service', '10'));
 const UPDATES = Number(opt('--updates', '200'));
-const NODES = 100;
 const NODE_NAME = 'node-7';
 
 if (typeof global.gc !== 'function') {
@@ -42,175 +42,12 @@ const { NodeView } = await load('sources/kube/node-view.js');
 const { compileGlobs } = await load('convert/glob.js');
 const { stateText } = await load('state.js');
 
-const CREATED = '2026-11-01T00:00:00Z';
-const uid = (kind, i) => `${kind.toString(16).padStart(8, '0')}-0000-4000-8000-${i.toString(16).padStart(12, '0')}`;
-const v4 = (base, x) => `10.${base + (x >> 16)}.${(x >> 8) & 255}.${x & 255}`;
-const v6 = (prefix, x) => `${prefix}${x >>> 16 ? `${(x >>> 16).toString(16)}:` : ''}${(x & 0xffff).toString(16)}`;
-const pad = (x) => x.toString(36).padStart(5, 'x');
-const nodeOf = (i, j) => (i * 10 + j * 11) % NODES;
-const zoneOf = (n) => `zone-${n % 3}`;
-
-function shape(i) {
-  return {
-    namespace: `ns-${i % 50}`,
-    name: `svc-${i}`,
-    selected: i % 100 !== 99,
-    hinted: i % 10 === 1,
-    ipv6: i % 50 === 25,
-    lb: i % 20 === 4, // LoadBalancer, externalTrafficPolicy Local
-    internalLocal: i % 25 === 6,
-    affinity: i % 30 === 8,
-    stateful: i % 40 === 9, // endpoints with hostnames
-  };
-}
-
-function serviceObject(i, rv) {
-  const c = shape(i);
-  const ext = i % 10 === 3 ? [`198.51.100.${(i % 254) + 1}`] : i % 10 === 7 ? [`198.51.100.${(i % 254) + 1}`, v6('2001:db8::', i)] : undefined;
-  const clusterIP = c.stateful ? 'None' : c.ipv6 ? v6('2001:db8:96::', i) : v4(96, i + 10);
-  const ports = [
-    { name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, ...(c.lb ? { nodePort: 30000 + (i % 2000) } : {}) },
-    { name: 'https', protocol: 'TCP', port: 443, targetPort: 'https', ...(c.lb ? { nodePort: 32000 + (i % 700) } : {}) },
-  ];
-  const applied = {
-    apiVersion: 'v1',
-    kind: 'Service',
-    metadata: { annotations: { 'example.com/owner': `team-${i % 7}` }, labels: { app: c.name, 'app.kubernetes.io/part-of': `team-${i % 7}` }, name: c.name, namespace: c.namespace },
-    spec: { ports: ports.map(({ nodePort, ...p }) => p), selector: { app: c.name }, ...(c.lb ? { type: 'LoadBalancer', externalTrafficPolicy: 'Local' } : {}) },
-  };
-  return {
-    apiVersion: 'v1',
-    kind: 'Service',
-    metadata: {
-      name: c.name,
-      namespace: c.namespace,
-      uid: uid(1, i),
-      resourceVersion: String(rv),
-      creationTimestamp: CREATED,
-      labels: { app: c.name, 'app.kubernetes.io/part-of': `team-${i % 7}`, ...(c.selected ? {} : { 'service.kubernetes.io/service-proxy-name': 'other-proxy' }) },
-      annotations: {
-        'example.com/owner': `team-${i % 7}`,
-        'kubectl.kubernetes.io/last-applied-configuration': JSON.stringify(applied) + '\n',
-        ...(c.hinted ? { 'service.kubernetes.io/topology-mode': 'Auto' } : {}),
-      },
-      managedFields: [
-        {
-          manager: 'kubectl-client-side-apply',
-          operation: 'Update',
-          apiVersion: 'v1',
-          time: CREATED,
-          fieldsType: 'FieldsV1',
-          fieldsV1: {
-            'f:metadata': {
-              'f:annotations': { '.': {}, 'f:example.com/owner': {}, 'f:kubectl.kubernetes.io/last-applied-configuration': {} },
-              'f:labels': { '.': {}, 'f:app': {}, 'f:app.kubernetes.io/part-of': {} },
-            },
-            'f:spec': {
-              'f:internalTrafficPolicy': {},
-              'f:ports': Object.fromEntries(ports.map((p) => [`k:{"port":${p.port},"protocol":"TCP"}`, { '.': {}, 'f:name': {}, 'f:port': {}, 'f:protocol': {}, 'f:targetPort': {} }])),
-              'f:selector': {},
-              'f:sessionAffinity': {},
-              'f:type': {},
-            },
-          },
-        },
-        ...(c.lb ? [{ manager: 'cloud-controller-manager', operation: 'Update', apiVersion: 'v1', time: CREATED, fieldsType: 'FieldsV1', fieldsV1: { 'f:status': { 'f:loadBalancer': { 'f:ingress': {} } } }, subresource: 'status' }] : []),
-      ],
-    },
-    spec: {
-      ports,
-      selector: { app: c.name },
-      clusterIP,
-      clusterIPs: [clusterIP],
-      type: c.lb ? 'LoadBalancer' : 'ClusterIP',
-      ...(ext ? { externalIPs: ext } : {}),
-      sessionAffinity: c.affinity ? 'ClientIP' : 'None',
-      ...(c.affinity ? { sessionAffinityConfig: { clientIP: { timeoutSeconds: 3600 } } } : {}),
-      ipFamilies: [c.ipv6 ? 'IPv6' : 'IPv4'],
-      ipFamilyPolicy: 'SingleStack',
-      internalTrafficPolicy: c.internalLocal ? 'Local' : 'Cluster',
-      ...(c.lb ? { externalTrafficPolicy: 'Local', healthCheckNodePort: 31000 + (i % 1000), allocateLoadBalancerNodePorts: true } : {}),
-    },
-    status: { loadBalancer: c.lb ? { ingress: [{ ip: `203.0.113.${(i % 254) + 1}`, ipMode: 'VIP' }] } : {} },
-  };
-}
-
-function address(i, j, version, ipv6) {
-  const x = (i * PER + j + version * 1_000_003) % 4_000_000;
-  return ipv6 ? v6('2001:db8:244::', x) : v4(128, x);
-}
-
-function sliceObject(i, version, rv) {
-  const c = shape(i);
-  const endpoints = [];
-  for (let j = 0; j < PER; j++) {
-    const node = nodeOf(i, j);
-    const ready = !(j === PER - 1 && i % 5 === 2);
-    const pod = c.stateful ? `${c.name}-${j}` : `${c.name}-7d9f8b6c5-${pad(i * PER + j)}`;
-    endpoints.push({
-      addresses: [address(i, j, j === version % PER ? version : 0, c.ipv6)],
-      conditions: { ready, serving: ready, terminating: false },
-      ...(c.stateful ? { hostname: pod } : {}),
-      ...(c.hinted ? { hints: { forZones: [{ name: zoneOf(node) }] } } : {}),
-      nodeName: `node-${node}`,
-      targetRef: { kind: 'Pod', namespace: c.namespace, name: pod, uid: uid(3, i * PER + j) },
-      zone: zoneOf(node),
-    });
-  }
-  return {
-    apiVersion: 'discovery.k8s.io/v1',
-    kind: 'EndpointSlice',
-    metadata: {
-      name: `${c.name}-${pad(i)}`,
-      generateName: `${c.name}-`,
-      namespace: c.namespace,
-      uid: uid(2, i),
-      resourceVersion: String(rv),
-      generation: version + 1,
-      creationTimestamp: CREATED,
-      labels: { app: c.name, 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io', 'kubernetes.io/service-name': c.name },
-      annotations: { 'endpoints.kubernetes.io/last-change-trigger-time': CREATED },
-      ownerReferences: [{ apiVersion: 'v1', kind: 'Service', name: c.name, uid: uid(1, i), controller: true, blockOwnerDeletion: true }],
-      managedFields: [
-        {
-          manager: 'kube-controller-manager',
-          operation: 'Update',
-          apiVersion: 'discovery.k8s.io/v1',
-          time: CREATED,
-          fieldsType: 'FieldsV1',
-          fieldsV1: {
-            'f:addressType': {},
-            'f:endpoints': {},
-            'f:metadata': {
-              'f:annotations': { '.': {}, 'f:endpoints.kubernetes.io/last-change-trigger-time': {} },
-              'f:generateName': {},
-              'f:labels': { '.': {}, 'f:app': {}, 'f:endpointslice.kubernetes.io/managed-by': {}, 'f:kubernetes.io/service-name': {} },
-              'f:ownerReferences': { '.': {}, [`k:{"uid":"${uid(1, i)}"}`]: {} },
-            },
-            'f:ports': {},
-          },
-        },
-      ],
-    },
-    addressType: c.ipv6 ? 'IPv6' : 'IPv4',
-    endpoints,
-    ports: [
-      { name: 'http', protocol: 'TCP', port: 8080 },
-      { name: 'https', protocol: 'TCP', port: 8443 },
-    ],
-  };
-}
-
-const nodeObject = (n, zone) => ({
-  apiVersion: 'v1',
-  kind: 'Node',
-  metadata: {
-    name: `node-${n}`,
-    uid: uid(4, n),
-    labels: { 'kubernetes.io/hostname': `node-${n}`, 'kubernetes.io/os': 'linux', 'topology.kubernetes.io/zone': zone },
-  },
-  spec: { podCIDR: `10.244.${n}.0/24` },
-});
+// Objects from bench/cluster.js as the API server holds them after `kubectl
+// apply`: kind/apiVersion, managedFields, last-applied, the Service variants;
+// one endpoint per version moves.
+const serviceObject = (i, rv) => service(i, rv, { typed: true, applied: true, variants: true, namedTargetPort: true });
+const sliceObject = (i, version, rv) => endpointSlice(i, version, rv, { perService: PER, notReady: PER - 1, churn: 'one', typed: true, managed: true, variants: true });
+const nodeObject = (n, zone) => nodeAt(n, { zone, typed: true, minimal: true });
 
 /** As a list/watch hands it over: parsed from its JSON. */
 const parsed = (o) => JSON.parse(JSON.stringify(o));

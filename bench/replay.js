@@ -32,6 +32,7 @@ import { once } from 'node:events';
 import { closeSync, createWriteStream, existsSync, mkdtempSync, openSync, readFileSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
+import { fieldSet, LAST_APPLIED, managedField, serviceFields, SLICE_LABELS, sliceFields } from './cluster.js';
 import { flag, machine, opt, recordSection, resultsFile, root, runDate } from './lib.js';
 
 const HEADING = '## Replay of big dumps (issue 11)';
@@ -45,6 +46,9 @@ const KEEP = flag('--keep');
 const NODE_NAME = 'node-7';
 
 // ------------------------------------------------------------ the cluster
+
+// Its own names, uids and times (not bench/cluster.js's), keys in kubectl's
+// (sorted) order; the managedFields pieces are bench/cluster.js's.
 
 const pad = (n, w) => String(n).padStart(w, '0');
 /** A stable fake uid for (kind, i). */
@@ -70,31 +74,17 @@ function service(i) {
     apiVersion: 'v1',
     kind: 'Service',
     metadata: {
-      annotations: { 'kubectl.kubernetes.io/last-applied-configuration': JSON.stringify(applied) + '\n' },
+      annotations: { [LAST_APPLIED]: JSON.stringify(applied) + '\n' },
       creationTimestamp: time(i),
       labels: { app: name, tier: 'backend' },
       managedFields: [
-        {
-          apiVersion: 'v1',
-          fieldsType: 'FieldsV1',
-          fieldsV1: {
-            'f:metadata': { 'f:annotations': { '.': {}, 'f:kubectl.kubernetes.io/last-applied-configuration': {} }, 'f:labels': { '.': {}, 'f:app': {}, 'f:tier': {} } },
-            'f:spec': {
-              'f:internalTrafficPolicy': {},
-              'f:ports': {
-                '.': {},
-                'k:{"port":80,"protocol":"TCP"}': { '.': {}, 'f:name': {}, 'f:port': {}, 'f:protocol': {}, 'f:targetPort': {} },
-                'k:{"port":443,"protocol":"TCP"}': { '.': {}, 'f:name': {}, 'f:port': {}, 'f:protocol': {}, 'f:targetPort': {} },
-              },
-              'f:selector': {},
-              'f:sessionAffinity': {},
-              'f:type': {},
-            },
-          },
+        managedField({
           manager: 'kubectl-client-side-apply',
-          operation: 'Update',
+          apiVersion: 'v1',
           time: time(i),
-        },
+          fieldsV1: serviceFields({ annotations: [LAST_APPLIED], labels: ['app', 'tier'], ports, portsSet: true }),
+          sorted: true,
+        }),
       ],
       name,
       namespace: ns,
@@ -149,24 +139,7 @@ function endpointSlice(i) {
         tier: 'backend',
       },
       managedFields: [
-        {
-          apiVersion: 'discovery.k8s.io/v1',
-          fieldsType: 'FieldsV1',
-          fieldsV1: {
-            'f:addressType': {},
-            'f:endpoints': {},
-            'f:metadata': {
-              'f:annotations': { '.': {}, 'f:endpoints.kubernetes.io/last-change-trigger-time': {} },
-              'f:generateName': {},
-              'f:labels': { '.': {}, 'f:app': {}, 'f:endpointslice.kubernetes.io/managed-by': {}, 'f:kubernetes.io/service-name': {}, 'f:tier': {} },
-              'f:ownerReferences': { '.': {}, [`k:{"uid":"${uid('svc', i)}"}`]: {} },
-            },
-            'f:ports': {},
-          },
-          manager: 'kube-controller-manager',
-          operation: 'Update',
-          time: time(i + 60),
-        },
+        managedField({ manager: 'kube-controller-manager', apiVersion: 'discovery.k8s.io/v1', time: time(i + 60), fieldsV1: sliceFields(uid('svc', i), [...SLICE_LABELS, 'tier']), sorted: true }),
       ],
       name,
       namespace: ns,
@@ -200,23 +173,21 @@ function node(k) {
         'topology.kubernetes.io/zone': zoneOf(k),
       },
       managedFields: [
-        {
-          apiVersion: 'v1',
-          fieldsType: 'FieldsV1',
-          fieldsV1: { 'f:metadata': { 'f:annotations': { '.': {}, 'f:volumes.kubernetes.io/controller-managed-attach-detach': {} }, 'f:labels': { '.': {}, 'f:kubernetes.io/hostname': {} } } },
+        managedField({
           manager: 'kubelet',
-          operation: 'Update',
+          apiVersion: 'v1',
           time: time(k),
-        },
-        {
-          apiVersion: 'v1',
-          fieldsType: 'FieldsV1',
-          fieldsV1: { 'f:status': { 'f:conditions': { 'k:{"type":"Ready"}': { 'f:lastHeartbeatTime': {}, 'f:status': {} } }, 'f:images': {}, 'f:nodeInfo': { 'f:bootID': {} } } },
+          fieldsV1: { 'f:metadata': { 'f:annotations': fieldSet(['volumes.kubernetes.io/controller-managed-attach-detach']), 'f:labels': fieldSet(['kubernetes.io/hostname']) } },
+          sorted: true,
+        }),
+        managedField({
           manager: 'kubelet',
-          operation: 'Update',
-          subresource: 'status',
+          apiVersion: 'v1',
           time: time(9000),
-        },
+          fieldsV1: { 'f:status': { 'f:conditions': { 'k:{"type":"Ready"}': { 'f:lastHeartbeatTime': {}, 'f:status': {} } }, 'f:images': {}, 'f:nodeInfo': { 'f:bootID': {} } } },
+          subresource: 'status',
+          sorted: true,
+        }),
       ],
       name,
       resourceVersion: String(rv++),

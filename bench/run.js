@@ -28,12 +28,12 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, chmodSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, chmodSync, statSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Writable } from 'node:stream';
-import { flag, handOverFloor, machine, opt, quantile, recordSection, root, runDate } from './lib.js';
+import { flag, handOverFloor, haveTime, machine, opt, quantile, recordSection, root, runDate, timedPeakKiB, underTime } from './lib.js';
 
 const SECTION = '## Pipeline: ingest, incremental runs, coalescing';
 const SERVICES = 10_000;
@@ -111,12 +111,11 @@ function digest(bufs) {
 }
 
 const ms = (x, d = 2) => `${x.toFixed(d)} ms`;
-const haveTime = existsSync('/usr/bin/time');
 
 /** Runs a command; resolves with wall ms, peak RSS KiB and stdout digest/size. */
 function measureProcess(cmd, argv, cwd = undefined) {
   return new Promise((resolvePromise, reject) => {
-    const full = haveTime ? ['/usr/bin/time', ['-f', 'peak-rss-kib %M', cmd, ...argv]] : [cmd, argv];
+    const full = underTime(cmd, argv);
     const h = createHash('sha256');
     let size = 0;
     let stderr = '';
@@ -142,9 +141,8 @@ function measureProcess(cmd, argv, cwd = undefined) {
     child.on('close', (code) => {
       const wall = Number(process.hrtime.bigint() - t0) / 1e6;
       clearInterval(poll);
-      const m = /peak-rss-kib (\d+)/.exec(stderr);
       if (code !== 0) return reject(new Error(`${cmd} exited ${code}: ${stderr}`));
-      resolvePromise({ wall, rssKiB: m ? Number(m[1]) : hwm, digest: h.digest('hex'), size, stderr });
+      resolvePromise({ wall, rssKiB: timedPeakKiB(stderr) ?? hwm, digest: h.digest('hex'), size, stderr });
     });
   });
 }
