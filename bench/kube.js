@@ -17,7 +17,8 @@
 //   (b) idle     `kpng-callout kube --node-name node-7` with a callout that
 //                reads its stdin and says so on stderr: after the first run's
 //                "callout run finished" line, 3 s idle, then VmRSS and VmHWM
-//                from /proc.
+//                from /proc, and VmRSS again at 8 s (--settled-seconds), after
+//                the daemon's young-generation collection (src/memory.ts).
 //   (c) latency  (10k only) `kpng-callout kube --debounce 0` with a callout
 //                that prints "x" at stdin EOF (through kpng-callout's
 //                stdout, read here): the server changes one EndpointSlice
@@ -35,7 +36,7 @@
 // --label (a section with the same heading is replaced; other sections are
 // kept), e.g. `npm run bench:kube -- --label "after (issue 11)"`. Options:
 //   --sizes 1000,5000,10000,20000   --runs 3 (runs of (a) per size)
-//   --samples 200 (changes in (c))  --latency-at 10000   --idle-seconds 3
+//   --samples 200 (changes in (c))  --latency-at 10000   --idle-seconds 3   --settled-seconds 8
 //   --label "before (issue 11)"     --note TEXT (added to the section)   --no-record
 //   --bin-root DIR   measure DIR/bin/kpng-json and DIR/bin/kpng-callout (a built
 //                    checkout of another commit) instead of this checkout's
@@ -53,6 +54,8 @@ const RUNS = Number(opt('--runs', '3'));
 const SAMPLES = Number(opt('--samples', '200'));
 const LATENCY_AT = Number(opt('--latency-at', '10000'));
 const IDLE_S = Number(opt('--idle-seconds', '3'));
+/** The second idle reading: after the daemon's young-generation collection (src/memory.ts: 1 s + 5.5 s after the last state). */
+const SETTLED_S = Number(opt('--settled-seconds', '8'));
 const LABEL = opt('--label', 'before (issue 11)');
 const NOTE = opt('--note', '');
 /** Whose bin/kpng-json and bin/kpng-callout are measured (another checkout, e.g. a built snapshot of a commit). */
@@ -244,7 +247,9 @@ async function idle(server) {
     await d.log(FINISHED, 300_000, 'waiting for the first callout run');
     const firstRun = performance.now() - t0;
     await new Promise((r) => setTimeout(r, IDLE_S * 1000));
-    return { firstRun, ...memory(d.child.pid) };
+    const early = memory(d.child.pid);
+    await new Promise((r) => setTimeout(r, Math.max(0, SETTLED_S - IDLE_S) * 1000));
+    return { firstRun, ...early, settled: memory(d.child.pid).rss };
   } finally {
     await d.stop();
   }
@@ -342,7 +347,7 @@ try {
       const row = { n, seen, fetched, wall: quantile(walls, 0.5), wallMax: walls[walls.length - 1], peak: quantile(peaks, 0.5), peakMax: peaks[peaks.length - 1], outBytes: runs[0].stdout.length, ...id, others: others.take() };
       rows.push(row);
       process.stderr.write(
-        `  once ${(row.wall / 1000).toFixed(2)} s, peak ${row.peakMax.toFixed(0)} MiB; first run ${(id.firstRun / 1000).toFixed(2)} s, idle ${id.rss.toFixed(0)} MiB${l ? `; latency p50 ${l.p50.toFixed(1)} ms p99 ${l.p99.toFixed(1)} ms, floor ${l.floor.p50.toFixed(1)}/${l.floor.p99.toFixed(1)} ms` : ''}\n`,
+        `  once ${(row.wall / 1000).toFixed(2)} s, peak ${row.peakMax.toFixed(0)} MiB; first run ${(id.firstRun / 1000).toFixed(2)} s, idle ${id.rss.toFixed(0)} MiB, settled ${id.settled.toFixed(0)} MiB${l ? `; latency p50 ${l.p50.toFixed(1)} ms p99 ${l.p99.toFixed(1)} ms, floor ${l.floor.p50.toFixed(1)}/${l.floor.p99.toFixed(1)} ms` : ''}\n`,
       );
     } finally {
       await server.close();
@@ -360,8 +365,8 @@ const verdict = (ok) => (ok ? 'met' : '**missed**');
 const s = (ms) => `${(ms / 1000).toFixed(2)} s`;
 const mib = (x) => `${x.toFixed(0)} MiB`;
 const table = [
-  '| Services (seen by node-7) | endpoints (seen) | lists: fetch (MB) [client process] | `kpng-json kube --once`: wall, median (max) | ≤ fetch + 1.0 s | peak RSS, median (max) | ≤ 200 MiB | daemon: first run done | idle RSS (VmHWM) | ≤ 150 MiB | CPU of other processes meanwhile |',
-  '|---:|---:|---:|---:|---|---:|---|---:|---:|---|---|',
+  `| Services (seen by node-7) | endpoints (seen) | lists: fetch (MB) [client process] | \`kpng-json kube --once\`: wall, median (max) | ≤ fetch + 1.0 s | peak RSS, median (max) | ≤ 200 MiB | daemon: first run done | idle RSS after ${IDLE_S} s (VmHWM) | idle RSS after ${SETTLED_S} s | ≤ 150 MiB | CPU of other processes meanwhile |`,
+  '|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---|---|',
   ...rows.map((r) =>
     [
       `${r.n.toLocaleString('en-US')} (${r.seen.lines.toLocaleString('en-US')})`,
@@ -373,7 +378,8 @@ const table = [
       verdict(r.peakMax <= TARGET.peakMiB),
       s(r.firstRun),
       `${mib(r.rss)} (${mib(r.hwm)})`,
-      verdict(r.rss <= TARGET.idleMiB),
+      mib(r.settled),
+      verdict(r.settled <= TARGET.idleMiB),
       `${r.others.total.toFixed(1)} s${r.others.top.length > 0 ? ` (${r.others.top.join(', ')})` : ''}`,
     ].join(' | '),
   ).map((l) => `| ${l} |`),
@@ -402,7 +408,9 @@ the reference of the first target ("client process": that client from spawn to e
 \`kpng-json kube --once --node-name node-7\`: spawn to exit, median of ${RUNS} (peak RSS: ${haveTime ? '/usr/bin/time' : 'VmHWM polled every 10 ms'}); its
 output is checked (one line per selected Service, the endpoints node-7 sees). The daemon: \`kpng-callout kube\`
 (default debounce) with a callout reading its stdin; "first run done" is from spawn to its "callout run finished"
-line, then RSS after ${IDLE_S} s idle (/proc VmRSS). Targets are the issue's, for 10,000 × 10 on 2 cores; the other
+line, then RSS after ${IDLE_S} s and after ${SETTLED_S} s idle (/proc VmRSS; the daemon runs a full collection 1 s after its
+last state and another 5.5 s later, when V8 gives its young generation back: the second figure is what the idle
+daemon holds from then on, and the one the target is checked against). Targets are the issue's, for 10,000 × 10 on 2 cores; the other
 sizes are for sizing the pod. The last column is the CPU time processes other than the benchmark's used while
 each size was measured (the machine may be shared; 0 is a clean run).
 

@@ -1,4 +1,4 @@
-/** The idle compactor: one full GC after each quiet period that follows new work. */
+/** The idle compactor: full GCs after each quiet period that follows new work. */
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createIdleCompactor, fullGc } from '../src/memory.js';
@@ -10,19 +10,47 @@ t.test('this Node lets us run a full GC without --expose-gc on the command line'
   gc?.();
 });
 
-t.test('collects once after a quiet period, not while pokes keep coming, never after stop', async (t) => {
+t.test('collects after a quiet period and once more for the young generation, not while pokes keep coming, never after stop', async (t) => {
   let collections = 0;
-  const c = createIdleCompactor({ quietMs: 40, collect: () => collections++ });
+  const c = createIdleCompactor({ quietMs: 40, youngQuietMs: 60, collect: () => collections++ });
   for (let i = 0; i < 5; i++) {
     c.poke();
     await sleep(10); // pokes closer together than the quiet time
   }
   t.equal(collections, 0, 'no collection while states keep coming');
   await pollUntil(() => collections === 1, 'the collection after the quiet period', 2000);
-  await sleep(100);
-  t.equal(collections, 1, 'once per quiet period');
+  await pollUntil(() => collections === 3, 'the young-generation collections', 2000);
+  await sleep(150);
+  t.equal(collections, 3, 'three times per quiet period');
   c.poke();
+  await sleep(50);
+  t.equal(collections, 4, 'a new quiet period: collected again');
+  c.poke(); // restarts the timers
   c.stop();
-  await sleep(100);
-  t.equal(collections, 1, 'none after stop');
+  await sleep(200);
+  t.equal(collections, 4, 'none after stop');
+});
+
+t.test('the later collections really return the young generation (V8 shrinks it after 5 s of low allocation)', async (t) => {
+  // In a process of its own: this one (tap, its timers) allocates all along.
+  const script = `
+    import { getHeapSpaceStatistics } from 'node:v8';
+    import { createIdleCompactor } from ${JSON.stringify(new URL('../dist/memory.js', import.meta.url).href)};
+    const newSpace = () => getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').physical_space_size;
+    const keep = [];
+    for (let i = 0; i < 400000; i++) keep.push({ i, s: 'x' + i });
+    const grown = newSpace();
+    let n = 0;
+    const c = createIdleCompactor({ quietMs: 10 });
+    c.poke();
+    setTimeout(() => { console.log(JSON.stringify({ grown, after: newSpace(), kept: keep.length })); c.stop(); }, 12000);
+  `;
+  const { execFileSync } = await import('node:child_process');
+  const out = JSON.parse(execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' })) as { grown: number; after: number; kept: number };
+  if (out.grown <= 4 * 2 ** 20) {
+    t.comment(`skipped: the young generation did not grow here (${out.grown} bytes)`);
+    return;
+  }
+  t.ok(out.after < out.grown / 4, `young generation ${out.grown} -> ${out.after} bytes`);
+  t.equal(out.kept, 400000);
 });

@@ -105,13 +105,18 @@ export class ApiClient {
     }
   }
 
-  /** GET a list page: its body read whole, as text (parsed by the caller, maybe after a look at its head). */
-  async getText(path: string, query: Record<string, string | number | undefined>, o: { signal: AbortSignal }): Promise<string> {
+  /** GET a list page: its body read whole, as bytes (parsed by the caller, maybe after a look at its head). */
+  async getBytes(path: string, query: Record<string, string | number | undefined>, o: { signal: AbortSignal }): Promise<Buffer> {
     const { body } = await this.get(path, query, { ...o, stream: false });
     const chunks: Buffer[] = [];
     body.on('data', (c: Buffer) => chunks.push(c));
     await new Promise<void>((resolve, reject) => finished(body, (err) => (err ? reject(cutShort(err)) : resolve())));
-    return Buffer.concat(chunks).toString('utf8');
+    return Buffer.concat(chunks);
+  }
+
+  /** GET a list page as text. */
+  async getText(path: string, query: Record<string, string | number | undefined>, o: { signal: AbortSignal }): Promise<string> {
+    return (await this.getBytes(path, query, o)).toString('utf8');
   }
 
   private async request(url: URL, credentials: Credentials, o: RequestKind): Promise<http.IncomingMessage> {

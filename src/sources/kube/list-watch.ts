@@ -29,6 +29,7 @@
 import type { Logger } from '../../log.js';
 import { describeKubeError, qualified, stalledWatch, type Failure, type ResourceName } from './failures.js';
 import { ApiError, readLines, type ApiClient } from './http.js';
+import { NotAList, readListPage, type PageMeta } from './list-page.js';
 import { IdleWatchdog, idleLimitMs, type ListWatchSupervisor, type Member } from './supervisor.js';
 
 /** Objects per list page (`limit`), as client-go's reflector. */
@@ -42,11 +43,6 @@ export interface ApiObject {
   metadata?: { name?: string | null; namespace?: string | null; resourceVersion?: string | null } | null;
 }
 
-/** A list page as the API serves it. */
-interface ListPage {
-  metadata?: { resourceVersion?: string; continue?: string } | null;
-  items?: ApiObject[] | null;
-}
 
 /** What is watched, where, and who is told. */
 export interface ListWatchOptions extends ResourceName {
@@ -90,9 +86,9 @@ function stub(key: string): ApiObject {
  * The continue token of a list page, read from its text before the items
  * (where the API server writes the list's metadata); undefined when not there.
  */
-export function continueToken(text: string): string | undefined {
-  const items = text.indexOf('"items"');
-  const head = items < 0 ? '' : text.slice(0, items);
+export function continueToken(page: string | Buffer): string | undefined {
+  const items = page.indexOf('"items"');
+  const head = items < 0 ? '' : typeof page === 'string' ? page.slice(0, items) : page.toString('latin1', 0, items);
   return /"continue"\s*:\s*"([^"\\]+)"/.exec(head)?.[1];
 }
 
@@ -178,13 +174,13 @@ export class ListWatch implements Member {
    * Requests one list page (text). Not awaited at once when prefetched: its
    * rejection is then handled where it is awaited.
    */
-  private page(signal: AbortSignal, cont: string | undefined): { cont: string | undefined; text: Promise<string>; abort: () => void } {
+  private page(signal: AbortSignal, cont: string | undefined): { cont: string | undefined; bytes: Promise<Buffer>; abort: () => void } {
     const { o } = this;
     const own = new AbortController();
     const query = { labelSelector: o.labelSelector, fieldSelector: o.fieldSelector, limit: o.pageSize ?? PAGE_SIZE, continue: cont };
-    const text = o.client.getText(o.path, query, { signal: AbortSignal.any([signal, own.signal]) });
-    text.catch(() => {});
-    return { cont, text, abort: () => own.abort() };
+    const bytes = o.client.getBytes(o.path, query, { signal: AbortSignal.any([signal, own.signal]) });
+    bytes.catch(() => {});
+    return { cont, bytes, abort: () => own.abort() };
   }
 
   /** Lists every page; hands the changes over (see the module comment); sets the resume point. */
@@ -195,27 +191,36 @@ export class ListWatch implements Member {
     const direct = !this.listedOnce;
     const seen = new Set<string>();
     let changed: ApiObject[] = [];
-    let items = 0;
     let restarted = false;
     let rv: string | undefined;
     let next = this.page(signal, undefined);
+    // Each item as it is read (list-page.ts): an item may come twice, harmlessly (a set of keys, idempotent takes).
+    const onItem = (item: unknown): void => {
+      if (!item || typeof item !== 'object') throw new NotAList();
+      const obj = item as ApiObject;
+      const key = keyOf(obj);
+      seen.add(key);
+      const version = obj.metadata?.resourceVersion;
+      if (version && this.known.get(key) === version) return;
+      if (direct) this.take(obj);
+      else changed.push(obj);
+    };
     for (;;) {
-      let page: ListPage;
+      let meta: PageMeta;
       let prefetched: ReturnType<ListWatch['page']> | undefined;
       try {
-        const text = await next.text;
+        const bytes = await next.bytes;
         if (signal.aborted) return;
         // The continue token comes before the items: ask for the next page while this one is parsed.
-        const early = continueToken(text);
+        const early = continueToken(bytes);
         if (early !== undefined) prefetched = this.page(signal, early);
-        page = JSON.parse(text) as ListPage;
-        if (!Array.isArray(page?.items)) throw new Error('the answer is not a list');
+        meta = readListPage(bytes, onItem);
       } catch (err) {
         prefetched?.abort();
         if (signal.aborted) return;
         if (next.cont !== undefined && statusOf(err) === 410 && !restarted) {
           restarted = true;
-          [items, changed] = [0, []];
+          changed = [];
           seen.clear();
           o.logger.info(`list ${qualified(this)}: continue token expired (410 Gone); listing again from the start`);
           next = this.page(signal, undefined);
@@ -223,19 +228,10 @@ export class ListWatch implements Member {
         }
         throw new Failed(describeKubeError(err, 'list', this, o.server));
       }
-      for (const obj of page.items ?? []) {
-        const key = keyOf(obj);
-        seen.add(key);
-        items++;
-        const version = obj.metadata?.resourceVersion;
-        if (version && this.known.get(key) === version) continue;
-        if (direct) this.take(obj);
-        else changed.push(obj);
-      }
-      const cont = page.metadata?.continue || undefined;
+      const cont = meta.continue || undefined;
       if (cont !== prefetched?.cont) prefetched?.abort();
       if (cont === undefined) {
-        rv = page.metadata?.resourceVersion || undefined;
+        rv = meta.resourceVersion || undefined;
         break;
       }
       next = cont === prefetched?.cont ? prefetched : this.page(signal, cont);
@@ -248,7 +244,7 @@ export class ListWatch implements Member {
     }
     this.rv = rv;
     this.listedOnce = true;
-    o.supervisor.listed(this, items);
+    o.supervisor.listed(this, seen.size);
   }
 
   /** Watches from the resume point until the stream ends. Resolves true on 410 Gone. */
