@@ -13,6 +13,7 @@ import type { RunResult } from './runner/callout.js';
 import type { Runner } from './runner/runner.js';
 import type { Source, StateSink } from './source.js';
 import type { State } from './state.js';
+import { changeSet, fullInput, type Input } from './changes.js';
 import { constants as osConstants } from 'node:os';
 import { createIdleCompactor } from './memory.js';
 
@@ -43,6 +44,8 @@ export interface CommonOptions {
   metricsAddr?: Address | undefined;
   /** `--health-addr`: serve only /healthz and /readyz there. */
   healthAddr?: Address | undefined;
+  /** `--changes`: change sets (changes.ts) instead of whole states after the first. */
+  changes: boolean;
 }
 
 /** Runner options, validated (kpng-callout only). */
@@ -54,6 +57,8 @@ export interface RunnerFlags {
   resyncPeriodMs: number;
   retryMinMs: number;
   retryMaxMs: number;
+  /** `--persistent`: one long-lived callout, a frame per state. */
+  persistent: boolean;
 }
 
 /** How the pipeline treats pushed states. */
@@ -85,11 +90,11 @@ export function exitStatus(r: RunResult): number {
   return 1;
 }
 
-/** Writes one state to a stream without building one big buffer. */
-function writeState(out: NodeJS.WritableStream, state: State): void {
+/** Writes one state (or change set) to a stream without building one big buffer. */
+function writeInput(out: NodeJS.WritableStream, input: Input): void {
   const s = out as NodeJS.WriteStream;
   s.cork?.();
-  for (const line of state.lines) out.write(line);
+  for (const chunk of input.chunks) out.write(chunk);
   s.uncork?.();
 }
 
@@ -179,8 +184,12 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   // Where each state goes: the printer, or the runner (now or debounced).
   let deliver: (state: State) => void | Promise<void>;
   if (tool === 'kpng-json') {
+    // --changes: each print is the change set from the last one (nothing when nothing changed).
+    let printed: State | undefined;
     deliver = (state) => {
-      if (!stdoutClosed) writeState(io.stdout, state);
+      if (stdoutClosed) return;
+      writeInput(io.stdout, common.changes && printed ? changeSet(printed, state) : fullInput(state));
+      printed = state;
     };
   } else {
     const r = spec.runner!;
@@ -194,6 +203,8 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
       resyncPeriodMs: r.resyncPeriodMs,
       retryMinMs: r.retryMinMs,
       retryMaxMs: r.retryMaxMs,
+      changes: common.changes,
+      persistent: r.persistent,
       nodeName: common.nodeName,
       env: io.env,
       stdout: io.stdout,

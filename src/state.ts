@@ -17,6 +17,11 @@ export interface State {
   readonly endpoints: number;
   /** Total bytes of `lines`. */
   readonly bytes: number;
+  /**
+   * Each line's Service as `namespace/name` (same order as `lines`), for
+   * change sets (changes.ts); read from the lines when absent.
+   */
+  readonly keys?: readonly string[] | undefined;
   /** Where this state came from, for logs (replay: the fixture's name); not part of its content. */
   readonly origin?: string;
 }
@@ -29,6 +34,7 @@ export function stateFromItems(items: readonly ServiceEndpoints[]): State {
   const lines = items.map((it) => Buffer.from(encodeServiceEndpoints(it)));
   return {
     lines,
+    keys: items.map((it) => `${it.Service.Namespace ?? ''}/${it.Service.Name ?? ''}`),
     services: items.length,
     endpoints: items.reduce((n, it) => n + it.Endpoints.length, 0),
     bytes: lines.reduce((n, l) => n + l.length, 0),
@@ -287,7 +293,7 @@ export class Store {
         endpoints += entry.eps;
         lines[entry.index] = line;
       }
-      this.last = { lines, services: lines.length, endpoints, bytes };
+      this.last = { lines, keys: this.last.keys, services: lines.length, endpoints, bytes };
       return this.last;
     }
 
@@ -306,7 +312,7 @@ export class Store {
       lines[i] = line;
     }
     this.ordered = true;
-    this.last = { lines, services: lines.length, endpoints, bytes };
+    this.last = { lines, keys: paths, services: lines.length, endpoints, bytes };
     return this.last;
   }
 }

@@ -70,6 +70,7 @@ const runnerFlags = (callout: string, extra: Partial<RunnerFlags> = {}): RunnerF
   resyncPeriodMs: 0,
   retryMinMs: 1000,
   retryMaxMs: 1000,
+  persistent: false,
   ...extra,
 });
 

@@ -23,6 +23,8 @@ export interface CommonFlags {
   quiet: boolean;
   metricsAddr?: Address;
   healthAddr?: Address;
+  changes: boolean;
+  persistent?: boolean;
   callout?: string;
   debounce: number;
   maxWait: number;
@@ -57,9 +59,17 @@ export function addCommonOptions(cmd: Command, tool: Tool, version: string): Com
     .option('-v, --verbose', 'debug logs; -vv also logs every state the source delivers', (_v: string, prev: number) => prev + 1, 0)
     .option('-q, --quiet', 'only warnings and errors', false)
     .option('--metrics-addr <host:port>', 'serve Prometheus /metrics, /healthz and /readyz here; :PORT is every interface (off by default)', listenAddr('--metrics-addr'))
-    .option('--health-addr <host:port>', 'serve only /healthz and /readyz here (for the kubelet\'s probes; off by default)', listenAddr('--health-addr'));
+    .option('--health-addr <host:port>', 'serve only /healthz and /readyz here (for the kubelet\'s probes; off by default)', listenAddr('--health-addr'))
+    .option(
+      '--changes',
+      tool === 'kpng-json'
+        ? 'after the first state, print only what changed since the last print (a change set: {"Previous":…} and new lines; see README)'
+        : 'hand the callout only what changed since the state it last applied (a change set; KPNG_CALLOUT_INPUT=full|changes tells which; see README)',
+      false,
+    );
   if (tool === 'kpng-callout') {
     cmd
+      .option('--persistent', 'start the callout once and keep it running: one frame per state on its stdin, one ack per frame on its fd 3 (see README)', false)
       .option('--callout <prog>', `program to run with the state on stdin, without a shell (default: $CALLOUT, else ${DEFAULTS.callout})`, (v: string) => parseNonEmpty('--callout', v))
       .addOption(new Option('--debounce <duration>', 'quiet time after the last change before a run (0 = run at once)').argParser(duration('--debounce')).default(DEFAULTS.debounceMs, d(DEFAULTS.debounceMs)))
       .addOption(new Option('--max-wait <duration>', 'longest delay from the first pending change to its run').argParser(duration('--max-wait')).default(DEFAULTS.maxWaitMs, d(DEFAULTS.maxWaitMs)))
@@ -94,6 +104,7 @@ export function commonFrom(o: CommonFlags, io: CliIO, tool: Tool): CommonOptions
     logger,
     metricsAddr: o.metricsAddr,
     healthAddr: o.healthAddr,
+    changes: o.changes,
   };
 }
 
@@ -117,6 +128,7 @@ export function runnerFrom(o: CommonFlags, io: CliIO): RunnerFlags {
     resyncPeriodMs: o.resyncPeriod,
     retryMinMs: o.retryMin,
     retryMaxMs: o.retryMax,
+    persistent: o.persistent ?? false,
   };
 }
 

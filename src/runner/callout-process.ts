@@ -22,6 +22,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import type { Writable } from 'node:stream';
 import { DEFAULTS } from '../defaults.js';
 import { silentLogger, type Logger } from '../log.js';
+import { changeSet, fullInput, type Input } from '../changes.js';
 import type { State } from '../state.js';
 import type { Callout, InFlight, RunRequest, RunResult } from './callout.js';
 import { spawnErrorMessage } from './callout-check.js';
@@ -60,6 +61,12 @@ export interface CalloutProcessOptions {
   /** Millisecond clock for durations and stderr JSON times (default Date.now). */
   now?: (() => number) | undefined;
   /**
+   * `--changes`: a run whose request names the state last applied gets the
+   * change set from it (changes.ts), and every run gets KPNG_CALLOUT_INPUT
+   * (`full` or `changes`). Off: always the full state, no such variable.
+   */
+  changes?: boolean | undefined;
+  /**
    * After the callout exited, how long its pipes may stay quiet before we stop
    * reading them (a background grandchild may hold them open). Default 200.
    */
@@ -93,6 +100,7 @@ export class CalloutProcess implements Callout {
   private readonly stderrFormat: 'text' | 'json';
   private readonly log: Logger;
   private readonly now: () => number;
+  private readonly changes: boolean;
   /** Our stdout and stderr as outlets, made at the first run (their listeners stay for our life). */
   private outlets: { out: Outlet; err: Outlet } | undefined;
 
@@ -109,12 +117,15 @@ export class CalloutProcess implements Callout {
     this.stderrFormat = options.stderrFormat ?? 'text';
     this.log = options.logger ?? silentLogger;
     this.now = options.now ?? Date.now;
+    this.changes = options.changes ?? false;
   }
 
   /** Spawns the callout with `state` on its stdin. */
-  start({ run, state }: RunRequest): InFlight {
+  start({ run, state, previous }: RunRequest): InFlight {
     const started = this.now();
+    const input = this.changes && previous ? changeSet(previous, state) : fullInput(state);
     const env: NodeJS.ProcessEnv = { ...this.baseEnv, KPNG_CALLOUT_RUN: String(run), KPNG_NODE_NAME: this.nodeName };
+    if (this.changes) env.KPNG_CALLOUT_INPUT = input.kind;
     const spawnFailed = (err: NodeJS.ErrnoException): RunResult => {
       const r: RunResult = { run, result: 'spawn-error', durationMs: Math.max(0, this.now() - started), message: spawnErrorMessage(this.file, err, env) };
       if (err.code) r.errorCode = err.code;
@@ -143,7 +154,7 @@ export class CalloutProcess implements Callout {
       const noPid = Object.assign(new Error('no pid'), { code: 'EUNKNOWN' });
       return settled(run, exit.then((o) => spawnFailed('error' in o ? o.error : noPid)));
     }
-    return this.supervise(run, state, child, pgid, exit, started);
+    return this.supervise(run, state, input, child, pgid, exit, started);
   }
 
   /** A process per run leaves nothing behind its runs. */
@@ -152,7 +163,7 @@ export class CalloutProcess implements Callout {
   }
 
   /** Feeds, watches and ends one spawned callout. */
-  private supervise(run: number, state: State, child: ChildProcess, pgid: number, exit: Promise<Exit>, started: number): InFlight {
+  private supervise(run: number, state: State, input: Input, child: ChildProcess, pgid: number, exit: Promise<Exit>, started: number): InFlight {
     const fields = { run };
     const group = new ProcessGroup(pgid, { killGraceMs: this.killGraceMs, logger: this.log, name: `callout run ${run}`, fields });
     let endedBy: Ender | undefined;
@@ -165,7 +176,7 @@ export class CalloutProcess implements Callout {
       group.kill();
     };
 
-    this.writeInput(child.stdin!, state, run);
+    this.writeInput(child.stdin!, input, run);
     const outlets = this.getOutlets();
     const lines = new StderrLines(this.stderrFormat === 'json' ? jsonLineFormat(run, this.now) : textLineFormat(run));
     const output = new ChildOutput(child, { ...outlets, stderrLines: lines, pipeDrainMs: this.pipeDrainMs, logger: this.log, fields });
@@ -212,8 +223,8 @@ export class CalloutProcess implements Callout {
     return { run, done, terminate: () => terminate('stop'), kill };
   }
 
-  /** Writes the cached line Buffers, corked so that they go out as one writev. */
-  private writeInput(stdin: Writable, state: State, run: number): void {
+  /** Writes the input's Buffers (cached lines), corked so that they go out as one writev. */
+  private writeInput(stdin: Writable, input: Input, run: number): void {
     // A callout that does not read its stdin (e.g. `true`) gives EPIPE: fine.
     stdin.on('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'EPIPE' || err.code === 'ECONNRESET' || err.code === 'ERR_STREAM_DESTROYED') {
@@ -221,7 +232,7 @@ export class CalloutProcess implements Callout {
       } else this.log.warn(`writing to the callout's stdin: ${err.message}`, { run });
     });
     stdin.cork();
-    for (const line of state.lines) stdin.write(line);
+    for (const chunk of input.chunks) stdin.write(chunk);
     stdin.uncork();
     stdin.end();
   }

@@ -44,8 +44,15 @@ export interface RunRequest {
   /** Run number, from 1 (KPNG_CALLOUT_RUN). */
   run: number;
   state: State;
-  /** Why it runs: a callout fed change sets sends a resync as a full state. */
+  /** Why it runs. */
   reason: RunReason;
+  /**
+   * The state the callout last applied successfully, when this run may hand
+   * over only what changed since (`--changes`); undefined when the input must
+   * be the full state: the first run, any run after one that did not
+   * succeed, a resync.
+   */
+  previous?: State | undefined;
 }
 
 /** A run in flight. */
@@ -70,4 +77,9 @@ export interface Callout {
    * either may follow the other. A process per run has nothing left.
    */
   close(how: 'graceful' | 'kill'): Promise<void>;
+  /**
+   * A callout that outlives runs (persistent) tells here when it went away
+   * between runs: the newest state must be handed over again, in full.
+   */
+  lost?(listener: (why: string) => void): void;
 }

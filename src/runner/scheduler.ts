@@ -133,6 +133,7 @@ export class Scheduler {
     this.timers = options.timers ?? nodeTimers;
     this.onEvent = options.onEvent;
     this.random = options.random ?? Math.random;
+    this.callout.lost?.((why) => this.calloutLost(why));
   }
 
   /**
@@ -302,6 +303,7 @@ export class Scheduler {
     const since = this.pendingSince;
     const reason = this.pendingReason;
     const force = this.force || reason !== 'change';
+    const forcedResync = this.force;
     this.pending = undefined;
     this.pendingSince = undefined;
     this.pendingReason = 'change';
@@ -317,9 +319,17 @@ export class Scheduler {
       this.checkIdle();
       return;
     }
-    this.launch(state, reason, since, (r) => {
-      if (r.result !== 'ok' && !this.stopped && this.pending === undefined) this.scheduleRetry(r);
-    });
+    // A resync hands over the full state, also when it fell due while this state waited.
+    const full = reason === 'resync' || forcedResync;
+    this.launch(
+      state,
+      reason,
+      since,
+      (r) => {
+        if (r.result !== 'ok' && !this.stopped && this.pending === undefined) this.scheduleRetry(r);
+      },
+      full,
+    );
   }
 
   private scheduleRetry(failed: RunResult): void {
@@ -332,6 +342,15 @@ export class Scheduler {
       if (this.stopped || this.latest === undefined) return;
       this.setPendingNow(this.latest, 'retry');
     }, delay);
+  }
+
+  /** The callout went away between runs: hand the newest state over again, in full, after the backoff. */
+  private calloutLost(why: string): void {
+    this.lastOk = undefined;
+    if (this.stopped || this.latest === undefined) return;
+    // A run in flight, a pending state or a retry will hand it over anyway (in full: nothing is applied now).
+    if (this.current || this.pending !== undefined || this.retryTimer !== undefined || this.nowQueue.length > 0) return;
+    this.scheduleRetry({ run: 0, result: 'failed', durationMs: 0, message: `callout ${why}` });
   }
 
   private armResync(): void {
@@ -362,11 +381,12 @@ export class Scheduler {
     this.schedule();
   }
 
-  private launch(state: State, reason: RunReason, since: number | undefined, after: (r: RunResult) => void): void {
+  /** Starts a run; its input may be a change set from the last applied state unless `full`. */
+  private launch(state: State, reason: RunReason, since: number | undefined, after: (r: RunResult) => void, full = false): void {
     const run = ++this.runCounter;
     this.log.debug('callout run started', { run, reason, services: state.services, bytes: state.bytes, input: state.origin });
     this.emit({ type: 'run-started', run, reason, pendingSince: since, at: this.now(), services: state.services, bytes: state.bytes });
-    const inflight = this.callout.start({ run, state, reason });
+    const inflight = this.callout.start({ run, state, reason, previous: full ? undefined : this.lastOk });
     this.current = inflight;
     void inflight.done.then((r) => {
       this.current = undefined;

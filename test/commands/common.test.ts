@@ -114,7 +114,9 @@ t.test('runnerFrom: the callout from --callout, $CALLOUT or the default; duratio
     resyncPeriodMs: DEFAULTS.resyncPeriodMs,
     retryMinMs: 2000,
     retryMaxMs: 2000,
+    persistent: false,
   });
+  t.equal(runnerFrom(flags(['--persistent']), io).persistent, true, '--persistent');
   const script = shScript(dir, 'ok.sh', 'cat\n');
   t.equal(runnerFrom(flags([]), fakeIO({ env: { PATH: process.env.PATH, CALLOUT: script } }).io).callout, script, '$CALLOUT');
   t.equal(runnerFrom(flags(['--callout', '/bin/cat']), fakeIO({ env: { PATH: process.env.PATH, CALLOUT: script } }).io).callout, '/bin/cat', '--callout before $CALLOUT');

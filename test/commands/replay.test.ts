@@ -39,6 +39,7 @@ const runnerFlags = (callout: string): RunnerFlags => ({
   resyncPeriodMs: 0,
   retryMinMs: DEFAULTS.retryMinMs,
   retryMaxMs: DEFAULTS.retryMaxMs,
+  persistent: false,
 });
 
 /** `replaySourceFrom` for `args` (its paths included). */

@@ -115,5 +115,5 @@ export function fakeIO(o: FakeIOOptions = {}): FakeIO {
 
 /** Validated common options (node `node-a`, text logs, no --once, no servers), with `overrides`. */
 export function commonOptions(overrides: Partial<CommonOptions> = {}): CommonOptions {
-  return { nodeName: 'node-a', once: false, onceTimeoutMs: 0, verbosity: 0, logFormat: 'text', logger: silentLogger, ...overrides };
+  return { nodeName: 'node-a', once: false, onceTimeoutMs: 0, verbosity: 0, logFormat: 'text', logger: silentLogger, changes: false, ...overrides };
 }

@@ -1,0 +1,92 @@
+/**
+ * What a callout is given for a state (`--changes`): the full state, or the
+ * change set from the last state it applied.
+ *
+ * A change set from P to N lists, in kpng order, every Service (namespace/name)
+ * whose line differs between P and N: its P line as `{"Previous":LINE}` if it
+ * was in P, then its N line (byte-identical to the full state's) if it is in
+ * N. Unchanged Services are left out.
+ *
+ * Cost: O(Services) pointer comparisons, bytes compared only for lines that
+ * are not the same Buffer. A source's store keeps the line of every unchanged
+ * Service as the same Buffer from one state to the next, so at 10,000
+ * Services a one-Service change compares 10,000 references and one line,
+ * never two 15 MB states.
+ */
+import { comparePaths, type State } from './state.js';
+
+/** What one run's stdin carries. */
+export interface Input {
+  kind: 'full' | 'changes';
+  /** Written one after another. */
+  chunks: readonly Buffer[];
+  bytes: number;
+}
+
+/** The state as it is: its lines. */
+export function fullInput(state: State): Input {
+  return { kind: 'full', chunks: state.lines, bytes: state.bytes };
+}
+
+const PREVIOUS = Buffer.from('{"Previous":');
+const CLOSE = Buffer.from('}\n');
+
+/** The change set from `prev` (the state last applied) to `next`. */
+export function changeSet(prev: State, next: State): Input {
+  const chunks: Buffer[] = [];
+  let bytes = 0;
+  const previous = (line: Buffer): void => {
+    // The line without its newline, inside {"Previous":…}.
+    chunks.push(PREVIOUS, line.subarray(0, line.length - 1), CLOSE);
+    bytes += PREVIOUS.length + line.length - 1 + CLOSE.length;
+  };
+  const add = (line: Buffer): void => {
+    chunks.push(line);
+    bytes += line.length;
+  };
+  const pk = ordered(prev);
+  const nk = ordered(next);
+  let i = 0;
+  let j = 0;
+  while (i < pk.length || j < nk.length) {
+    const a = pk[i];
+    const b = nk[j];
+    const c = a === undefined ? 1 : b === undefined ? -1 : a.key === b.key ? 0 : comparePaths(a.key, b.key);
+    if (c < 0) {
+      previous(a!.line);
+      i++;
+    } else if (c > 0) {
+      add(b!.line);
+      j++;
+    } else {
+      if (a!.line !== b!.line && !a!.line.equals(b!.line)) {
+        previous(a!.line);
+        add(b!.line);
+      }
+      i++;
+      j++;
+    }
+  }
+  return { kind: 'changes', chunks, bytes };
+}
+
+interface Keyed {
+  key: string;
+  line: Buffer;
+}
+
+/** The state's lines with their Service keys, in kpng order. */
+function ordered(s: State): Keyed[] {
+  const keys = s.keys ?? s.lines.map(keyOfLine);
+  const out = s.lines.map((line, i) => ({ key: keys[i]!, line }));
+  for (let i = 1; i < out.length; i++) {
+    if (comparePaths(out[i - 1]!.key, out[i]!.key) > 0) return out.sort((x, y) => comparePaths(x.key, y.key));
+  }
+  return out;
+}
+
+/** `namespace/name` of a state line (for states built without their keys). */
+function keyOfLine(line: Buffer): string {
+  const svc = (JSON.parse(line.toString('utf8')) as { Service?: { Namespace?: string; Name?: string } | null }).Service;
+  return `${svc?.Namespace ?? ''}/${svc?.Name ?? ''}`;
+}

@@ -1,0 +1,307 @@
+/**
+ * A persistent callout (`--persistent`): the `Callout` that starts the program
+ * once and keeps it running, writing each state to its stdin as a frame and
+ * reading the result of each frame from its file descriptor 3.
+ *
+ * The protocol (README "Persistent callouts"):
+ * - a frame is a header line `{"Frame":{"Seq":N,"Input":"full"}}` (or
+ *   `"changes"`), the state's lines (or the change set's), then one empty
+ *   line; `Seq` counts frames from 1 for the life of our process;
+ * - the callout acknowledges each frame, in order, with one line on fd 3:
+ *   `ok`, or `error` optionally followed by a space and a message; anything
+ *   else counts as `error` (and is logged); an ack with no frame waiting is
+ *   logged and ignored;
+ * - the first frame to a (re)started process is full, whatever `--changes`.
+ *
+ * A frame not acknowledged within the timeout (from its first byte), or a
+ * callout that exits or closes fd 3, fails the frame's run: its process
+ * group is ended (SIGTERM, SIGKILL after the grace) and the next run starts
+ * a new process, fed a full frame (the scheduler retries with its backoff).
+ * When the callout goes away between frames, `lost` listeners are told, so
+ * that the newest state is sent again (to a new process, as a full frame).
+ * Its stderr lines are written as `[frame N] line` (N the Seq of the newest
+ * frame written), stdout unchanged.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import type { Readable, Writable } from 'node:stream';
+import { changeSet, fullInput } from '../changes.js';
+import { DEFAULTS } from '../defaults.js';
+import { silentLogger, type Logger } from '../log.js';
+import type { Callout, InFlight, RunRequest, RunResult } from './callout.js';
+import { spawnErrorMessage } from './callout-check.js';
+import type { CalloutProcessOptions } from './callout-process.js';
+import { ChildOutput } from './child-output.js';
+import { Outlet } from './outlet.js';
+import { ProcessGroup } from './process-group.js';
+import { StderrLines } from './stderr-lines.js';
+
+/** Options of a `PersistentCallout`: those of a process per run (`changes` included). */
+export type PersistentCalloutOptions = CalloutProcessOptions;
+
+const PIPE_DRAIN_MS = 200;
+/** An ack line longer than this is cut (a callout writing garbage to fd 3). */
+const MAX_ACK_BYTES = 4096;
+
+/** How a frame ended, before it becomes a RunResult. */
+type FrameEnd = { ack: 'ok' } | { ack: 'error'; message: string } | { gone: 'exit' | 'fd3' | 'timeout' | 'stop' | 'kill' };
+
+/** The running program. */
+interface Live {
+  child: ChildProcess;
+  group: ProcessGroup;
+  output: ChildOutput;
+  lines: StderrLines;
+  /** Resolves when it has exited (status), pipes drained and group cleared. */
+  gone: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  exited: boolean;
+  /** No frame acknowledged `ok` yet: the next frame is full. */
+  fresh: boolean;
+  /** The frame waiting for its ack. */
+  waiting: ((end: FrameEnd) => void) | undefined;
+  /** We are ending it (our close, a timeout, a failed frame). */
+  ending: boolean;
+}
+
+/** Runs one long-lived callout process; see the module comment. */
+export class PersistentCallout implements Callout {
+  private readonly log: Logger;
+  private readonly now: () => number;
+  private readonly timeoutMs: number;
+  private readonly killGraceMs: number;
+  private readonly changes: boolean;
+  private live: Live | undefined;
+  private seq = 0;
+  private outlets: { out: Outlet; err: Outlet } | undefined;
+  private readonly lostListeners: Array<(why: string) => void> = [];
+  private closing = false;
+
+  constructor(private readonly options: PersistentCalloutOptions) {
+    this.log = options.logger ?? silentLogger;
+    this.now = options.now ?? Date.now;
+    this.timeoutMs = Math.max(0, options.timeoutMs ?? DEFAULTS.timeoutMs);
+    this.killGraceMs = Math.max(0, options.killGraceMs ?? DEFAULTS.killGraceMs);
+    this.changes = options.changes ?? false;
+  }
+
+  /** Told when the callout goes away between frames (it must be fed the newest state again). */
+  lost(listener: (why: string) => void): void {
+    this.lostListeners.push(listener);
+  }
+
+  start({ run, state, previous }: RunRequest): InFlight {
+    const started = this.now();
+    let live = this.live;
+    if (!live) {
+      const spawned = this.spawn();
+      if ('failed' in spawned) {
+        const done = spawned.failed.then((err): RunResult => {
+          const r: RunResult = { run, result: 'spawn-error', durationMs: Math.max(0, this.now() - started), message: spawnErrorMessage(this.options.file, err, this.env()) };
+          if (err.code) r.errorCode = err.code;
+          return r;
+        });
+        return { run, done, terminate() {}, kill() {} };
+      }
+      live = spawned;
+    }
+    const l = live;
+    const input = this.changes && previous && !l.fresh ? changeSet(previous, state) : fullInput(state);
+    const seq = ++this.seq;
+    let settle!: (end: FrameEnd) => void;
+    const ended = new Promise<FrameEnd>((resolve) => (settle = resolve));
+    l.waiting = settle;
+    const stdin = l.child.stdin!;
+    stdin.cork();
+    stdin.write(`{"Frame":{"Seq":${seq},"Input":"${input.kind}"}}\n`);
+    for (const chunk of input.chunks) stdin.write(chunk);
+    stdin.write('\n');
+    stdin.uncork();
+    const timer = this.timeoutMs > 0 ? setTimeout(() => l.waiting?.({ gone: 'timeout' }), this.timeoutMs) : undefined;
+    const done = (async (): Promise<RunResult> => {
+      const end = await ended;
+      clearTimeout(timer);
+      l.waiting = undefined;
+      const durationMs = Math.max(0, this.now() - started);
+      if ('ack' in end) {
+        if (end.ack === 'ok') {
+          l.fresh = false;
+          return { run, result: 'ok', durationMs };
+        }
+        return { run, result: 'failed', durationMs, message: `callout frame ${seq} (run ${run}) failed: ${end.message}`, ...tail(l) };
+      }
+      // Gone (or going): end its group, wait until nothing of it is left.
+      if (end.gone === 'kill') l.group.kill();
+      else this.end(l);
+      const status = await l.gone;
+      const r: RunResult = { run, result: 'failed', durationMs: Math.max(0, this.now() - started), ...tail(l) };
+      if (status.code !== null) r.exitCode = status.code;
+      if (status.signal !== null) r.signal = status.signal;
+      const how = status.signal !== null ? `killed by ${status.signal}` : `exit status ${status.code}`;
+      if (end.gone === 'stop' || end.gone === 'kill') {
+        r.stopped = true;
+        r.result = status.signal !== null ? 'signal' : 'failed';
+        r.message = `callout frame ${seq} (run ${run}) stopped (${how})`;
+      } else if (end.gone === 'timeout') {
+        r.result = 'timeout';
+        r.message = `callout frame ${seq} (run ${run}) not acknowledged within ${this.timeoutMs}ms: its process group was killed; restarting it`;
+      } else {
+        if (status.signal !== null) r.result = 'signal';
+        r.message = `persistent callout ${end.gone === 'fd3' ? 'closed fd 3' : 'exited'} (${how}) before acknowledging frame ${seq} (run ${run}); restarting it`;
+      }
+      return r;
+    })();
+    return {
+      run,
+      done,
+      terminate: () => l.waiting?.({ gone: 'stop' }),
+      kill: () => l.waiting?.({ gone: 'kill' }),
+    };
+  }
+
+  async close(how: 'graceful' | 'kill'): Promise<void> {
+    this.closing = true;
+    const l = this.live;
+    if (!l) return;
+    if (how === 'kill') {
+      l.ending = true;
+      l.group.kill();
+      await l.gone;
+      return;
+    }
+    // EOF: the callout exits by itself within the grace, or its group is ended.
+    l.ending = true;
+    l.child.stdin!.end();
+    const t = setTimeout(() => {
+      this.log.info('persistent callout still running after its stdin was closed: terminating it');
+      l.group.terminate();
+    }, this.killGraceMs);
+    await l.gone;
+    clearTimeout(t);
+  }
+
+  /** SIGTERM its group (SIGKILL after the grace), once. */
+  private end(l: Live): void {
+    if (l.exited && l.ending) return;
+    l.ending = true;
+    l.group.terminate();
+  }
+
+  private env(): NodeJS.ProcessEnv {
+    return { ...(this.options.env ?? process.env), KPNG_CALLOUT_MODE: 'persistent', KPNG_NODE_NAME: this.options.nodeName };
+  }
+
+  /** Starts the program; its stdin, stdout, stderr and fd 3 are pipes. */
+  private spawn(): Live | { failed: Promise<NodeJS.ErrnoException> } {
+    let child: ChildProcess;
+    try {
+      child = spawn(this.options.file, this.options.args ?? [], { detached: true, env: this.env(), stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
+    } catch (err) {
+      // Invalid arguments and unusual errnos throw synchronously.
+      return { failed: Promise.resolve(err as NodeJS.ErrnoException) };
+    }
+    if (child.pid === undefined) {
+      // ENOENT, EACCES...: told by the 'error' event that follows.
+      const c = child;
+      return { failed: new Promise((resolve) => c.once('error', (err: NodeJS.ErrnoException) => resolve(err))) };
+    }
+    const pgid = child.pid;
+    const fields = { pid: pgid };
+    const group = new ProcessGroup(pgid, { killGraceMs: this.killGraceMs, logger: this.log, name: 'persistent callout', fields });
+    const lines = new StderrLines(this.lineFormat());
+    const output = new ChildOutput(child, { ...this.getOutlets(), stderrLines: lines, pipeDrainMs: this.options.pipeDrainMs ?? PIPE_DRAIN_MS, logger: this.log, fields });
+    const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+    child.on('error', (err) => this.log.debug(`persistent callout process error: ${err.message}`, fields));
+    const stdin = child.stdin as Writable;
+    stdin.on('error', (err: NodeJS.ErrnoException) => this.log.debug(`writing to the persistent callout: ${err.message}`, { ...fields, code: err.code }));
+    const l: Live = { child, group, output, lines, exited: false, fresh: true, waiting: undefined, ending: false, gone: exit };
+    l.gone = (async () => {
+      const status = await exit;
+      l.exited = true;
+      output.noteExit();
+      await output.drain(() => l.ending);
+      stdin.destroy();
+      (child.stdio[3] as Readable | null)?.destroy();
+      // Nothing it started may outlive it.
+      if (group.members().length > 0) await group.clear();
+      group.release();
+      if (this.live === l) this.live = undefined;
+      return status;
+    })();
+    this.live = l;
+    this.readAcks(l, child.stdio[3] as Readable | null);
+    void exit.then((status) => {
+      if (l.waiting) l.waiting({ gone: 'exit' });
+      else if (!l.ending && !this.closing) {
+        const how = status.signal !== null ? `killed by ${status.signal}` : `exit status ${status.code}`;
+        this.log.warn(`persistent callout exited between frames (${how}): restarting it with the newest state`, { ...fields, stderr: tail(l).stderrTail });
+        void l.gone.then(() => {
+          for (const f of this.lostListeners) f(`exited (${how})`);
+        });
+      }
+    });
+    this.log.info('persistent callout started', { pid: pgid, file: this.options.file });
+    return l;
+  }
+
+  /** Reads ack lines from fd 3; each settles the frame waiting (or is logged when none is). */
+  private readAcks(l: Live, fd3: Readable | null): void {
+    if (!fd3) return;
+    let pending = '';
+    fd3.setEncoding('utf8');
+    fd3.on('data', (text: string) => {
+      pending += text;
+      for (let nl = pending.indexOf('\n'); nl >= 0; nl = pending.indexOf('\n')) {
+        this.ack(l, pending.slice(0, nl));
+        pending = pending.slice(nl + 1);
+      }
+      if (pending.length > MAX_ACK_BYTES) {
+        this.ack(l, pending.slice(0, MAX_ACK_BYTES));
+        pending = '';
+      }
+    });
+    fd3.on('error', () => {});
+    fd3.on('end', () => {
+      // fd 3 closed while a frame waits: the callout can no longer answer.
+      if (l.waiting && !l.exited) l.waiting({ gone: 'fd3' });
+    });
+  }
+
+  private ack(l: Live, raw: string): void {
+    const line = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
+    const waiting = l.waiting;
+    if (!waiting) {
+      this.log.warn(`persistent callout acknowledged with no frame waiting: ${JSON.stringify(line)} ignored`, { frame: this.seq });
+      return;
+    }
+    l.waiting = undefined;
+    if (line === 'ok') return waiting({ ack: 'ok' });
+    if (line === 'error' || line.startsWith('error ')) return waiting({ ack: 'error', message: line.slice(6) || 'error' });
+    this.log.warn(`persistent callout wrote ${JSON.stringify(line)} on fd 3 for frame ${this.seq}, not "ok" or "error ...": taken as an error`, { frame: this.seq });
+    waiting({ ack: 'error', message: `not an ack: ${JSON.stringify(line)}` });
+  }
+
+  /** `[frame N] line` (text) or a JSON object with `frame` (json), N the newest frame written. */
+  private lineFormat(): (line: Buffer) => Buffer {
+    if (this.options.stderrFormat === 'json') {
+      return (line) => {
+        const s = line.toString('utf8');
+        const rec = { time: new Date(this.now()).toISOString(), level: 'info', frame: this.seq, stream: 'stderr', msg: s.endsWith('\r') ? s.slice(0, -1) : s };
+        return Buffer.from(JSON.stringify(rec) + '\n');
+      };
+    }
+    return (line) => Buffer.concat([Buffer.from(`[frame ${this.seq}] `), line, Buffer.from('\n')]);
+  }
+
+  private getOutlets(): { out: Outlet; err: Outlet } {
+    this.outlets ??= {
+      out: new Outlet(this.options.stdout ?? process.stdout, (why) => this.log.debug(`our stdout is closed (${why}): the callout's stdout is dropped`)),
+      err: new Outlet(this.options.stderr ?? process.stderr, (why) => this.log.debug(`our stderr is closed (${why}): the callout's stderr is dropped`)),
+    };
+    return this.outlets;
+  }
+}
+
+/** The stderr tail of a result, when there is one. */
+function tail(l: Live): { stderrTail?: string } {
+  const t = l.lines.tail();
+  return t === undefined ? {} : { stderrTail: t };
+}

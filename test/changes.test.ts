@@ -1,0 +1,65 @@
+/** Change sets (--changes): exact bytes, order, and their cost (references compared, not bytes). */
+import t from 'tap';
+import { changeSet, fullInput } from '../src/changes.js';
+import type { Service } from '../src/model.js';
+import { Store, stateFromItems, type State } from '../src/state.js';
+
+const svc = (ns: string, name: string, port = 80): Service => ({ Namespace: ns, Name: name, Type: 'ClusterIP', Ports: [{ Protocol: 1, Port: port }] });
+const text = (chunks: readonly Buffer[]): string => Buffer.concat(chunks as Buffer[]).toString('utf8');
+const lineOf = (s: State, key: string): string => s.lines[s.keys!.indexOf(key)]!.toString('utf8');
+
+t.test('add, modify, remove: Previous lines then new lines, in kpng order, unchanged Services left out', async (t) => {
+  const store = new Store();
+  for (const [ns, n] of [['a', 'x'], ['a', 'y'], ['b', 'z'], ['c', 'w']] as const) store.setService(`${ns}/${n}`, svc(ns, n));
+  const p = store.snapshot();
+  store.setService('a/y', svc('a', 'y', 81)); // modified
+  store.deleteService('b/z'); // removed
+  store.setService('a/x-new', svc('a', 'x-new')); // added: sorts after a/x, before a/y ("/" first)
+  store.setService('d/v', svc('d', 'v')); // added last
+  const n = store.snapshot();
+  const c = changeSet(p, n);
+  t.equal(c.kind, 'changes');
+  const prev = (s: State, key: string): string => `{"Previous":${lineOf(s, key).slice(0, -1)}}\n`;
+  const expected = lineOf(n, 'a/x-new') + prev(p, 'a/y') + lineOf(n, 'a/y') + prev(p, 'b/z') + lineOf(n, 'd/v');
+  t.equal(text(c.chunks), expected);
+  t.equal(c.bytes, Buffer.byteLength(expected));
+  for (const l of text(c.chunks).trimEnd().split('\n')) JSON.parse(l); // every line is JSON
+  t.equal(text(changeSet(n, n).chunks), '', 'no change: empty');
+  t.equal(text(changeSet({ lines: [], services: 0, endpoints: 0, bytes: 0 }, n).chunks), text(fullInput(n).chunks), 'from nothing: every line added');
+  t.equal(
+    text(changeSet(n, { lines: [], services: 0, endpoints: 0, bytes: 0 }).chunks),
+    n.lines.map((l) => `{"Previous":${l.toString().slice(0, -1)}}\n`).join(''),
+    'to nothing: every line a Previous',
+  );
+});
+
+t.test('lines are compared by reference first, by bytes when not the same Buffer; states without keys work too', async (t) => {
+  const a = stateFromItems([{ Service: svc('n', 'a'), Endpoints: [] }, { Service: svc('n', 'b'), Endpoints: [] }]);
+  const b = stateFromItems([{ Service: svc('n', 'a'), Endpoints: [] }, { Service: svc('n', 'b', 90), Endpoints: [] }]);
+  t.not(a.lines[0], b.lines[0], 'fresh Buffers');
+  t.equal(text(changeSet(a, b).chunks), `{"Previous":${a.lines[1]!.toString().slice(0, -1)}}\n${b.lines[1]!.toString()}`);
+  const { keys: _k, ...noKeys } = b;
+  const { keys: _j, ...noKeysA } = a;
+  t.equal(text(changeSet(noKeysA, noKeys).chunks), text(changeSet(a, b).chunks), 'keys read from the lines');
+});
+
+t.test('one change among 10,000 Services costs reference comparisons, not bytes', async (t) => {
+  const store = new Store();
+  for (let i = 0; i < 10_000; i++) store.setService(`ns/svc-${i}`, svc('ns', `svc-${i}`));
+  const p = store.snapshot();
+  store.setService('ns/svc-5000', svc('ns', 'svc-5000', 8080));
+  const n = store.snapshot();
+  let equalsCalls = 0;
+  const orig = Buffer.prototype.equals;
+  Buffer.prototype.equals = function (this: Buffer, other: Uint8Array) {
+    equalsCalls++;
+    return orig.call(this, other);
+  };
+  try {
+    const c = changeSet(p, n);
+    t.equal(c.chunks.length, 4, 'one Previous (3 pieces) and one line');
+  } finally {
+    Buffer.prototype.equals = orig;
+  }
+  t.equal(equalsCalls, 1, 'only the changed line compared by bytes');
+});
