@@ -217,7 +217,13 @@ async function benchIngest() {
 
 // ---------------------------------------------------------------- (b)
 
-async function benchIncremental() {
+/** A persistent callout that says "x" on stdout once it has read a whole frame (its empty line), then acks. */
+const PERSISTENT_READER = [
+  '-c',
+  'import os,sys\nf=sys.stdin.buffer\nack=os.fdopen(3,"w",buffering=1)\nwhile True:\n h=f.readline()\n if not h: break\n while True:\n  l=f.readline()\n  if l in (b"\\n", b""): break\n sys.stdout.write("x"); sys.stdout.flush(); ack.write("ok\\n")\n',
+];
+
+async function benchIncremental(variant = {}) {
   const { createKpngSource } = await import(join(root, 'dist/sources/kpng.js'));
   const { Runner } = await import(join(root, 'dist/runner/runner.js'));
   const server = await startServer();
@@ -238,8 +244,10 @@ async function benchIncremental() {
   // The callout says "x" on stdout once it has read its whole input (EOF): that
   // moment is what "the callout has the state" means.
   const runner = new Runner({
-    file: 'sh',
-    args: ['-c', 'dd of=/dev/null bs=1M status=none; echo x'],
+    file: variant.persistent ? 'python3' : 'sh',
+    args: variant.persistent ? PERSISTENT_READER : ['-c', 'dd of=/dev/null bs=1M status=none; echo x'],
+    changes: variant.changes ?? false,
+    persistent: variant.persistent ?? false,
     debounceMs: 0,
     maxWaitMs: 0,
     timeoutMs: 60_000,
@@ -269,7 +277,8 @@ async function benchIncremental() {
     const versions = new Map();
     const rows = [];
     let lastState;
-    for (let i = 0; i < REVISIONS; i++) {
+    const revisions = variant.revisions ?? REVISIONS;
+    for (let i = 0; i < revisions; i++) {
       const k = (i * 7919 + 13) % total;
       versions.set(k, (versions.get(k) ?? 0) + 1);
       server.send(`change ${k}`);
@@ -290,7 +299,9 @@ async function benchIncremental() {
     const want = digest(expectedState(versions).lines);
     if (digest(lastState.lines) !== want) throw new Error('incremental: the last state differs from the expected one');
     const q = (key, p) => quantile(rows.map((r) => r[key]).sort((a, b) => a - b), p);
-    const floor = await handOverFloor(lastState.lines, 300);
+    // The floor: spawning the same program with the same input (the whole state; with --changes the change set of one endpoint).
+    const floorInput = variant.changes ? [Buffer.alloc(Math.round(lastState.bytes / SERVICES) * 2, 0x61)] : lastState.lines;
+    const floor = variant.persistent ? { p50: NaN, p99: NaN } : await handOverFloor(floorInput, 300);
     return {
       floorP50: floor.p50,
       floorP99: floor.p99,
@@ -383,6 +394,18 @@ if (ONLY.has('b')) {
   process.stderr.write('(b) incremental...\n');
   results.b = await benchIncremental();
 }
+if (ONLY.has('m')) {
+  // Issue 12: the same one-endpoint revisions through (a) a process per run, full; (b) per run, --changes; (c) --persistent --changes.
+  const n = Number(opt('--mode-revisions', '300'));
+  for (const [key, variant] of [
+    ['full', {}],
+    ['changes', { changes: true }],
+    ['persistent', { changes: true, persistent: true }],
+  ]) {
+    process.stderr.write(`(m) incremental, ${key}...\n`);
+    results[`m-${key}`] = await benchIncremental({ ...variant, revisions: n });
+  }
+}
 if (ONLY.has('c')) {
   process.stderr.write('(c) coalescing...\n');
   results.c = await benchCoalescing();
@@ -452,4 +475,34 @@ ${table}
 ${NOTES}`;
 if (RECORD && rows.length > 0) {
   recordSection(SECTION, section);
+}
+
+// ---------------------------------------------------------------- (m): issue 12
+if (results['m-full']) {
+  const M_SECTION = '## Change sets and persistent callouts: one-endpoint changes at 10,000 Services (issue 12)';
+  const f = (x) => (Number.isFinite(x) ? `${x.toFixed(2)} ms` : '—');
+  const mrows = [
+    ['(a) a process per run, full state (today)', results['m-full'], 'the same program, the same whole state'],
+    ['(b) a process per run, `--changes`', results['m-changes'], 'the same program, an input of the change set\'s size'],
+    ['(c) `--persistent --changes`', results['m-persistent'], 'none (no process is started)'],
+  ];
+  const mtable = [
+    '| mode | Sync → callout has the whole input: p50 | p99 | max | floor: spawn … (p50; p99) |',
+    '|---|---:|---:|---:|---|',
+    ...mrows.map(([name, r, floorWhat]) => `| ${name} | ${f(r.p50)} | ${f(r.p99)} | ${f(r.max)} | ${floorWhat}: ${f(r.floorP50)}; ${f(r.floorP99)} |`),
+  ].join('\n');
+  console.log(mtable);
+  const n = Number(opt('--mode-revisions', '300'));
+  const msection = `${M_SECTION}
+
+Run on ${runDate()} UTC, ${machine()}.
+\`node bench/run.js --only m\`: the kpng bench server (10,000 Services × 10 Endpoints) and the kpng source and
+runner (dist/) in one process, \`--debounce 0\`, ${n} revisions changing one Endpoint each, one at a time; per
+revision, from the server writing the Sync to the callout having its whole input: (a), (b) \`sh -c 'dd of=/dev/null; echo x'\`
+says "x" at stdin EOF; (c) a python3 frame reader says "x" once it has read the frame's empty line, then acks on fd 3.
+Targets (issue 12): (c) p50 ≤ 1 ms and p99 ≤ 3 ms; (b) within 1 ms of its floor.
+
+${mtable}
+`;
+  if (RECORD) recordSection(M_SECTION, msection);
 }
