@@ -20,9 +20,11 @@
  * When the callout goes away between frames, `lost` listeners are told, so
  * that the newest state is sent again (to a new process, as a full frame).
  * Its stderr lines are written as `[frame N] line` (N the Seq of the newest
- * frame written), stdout unchanged.
+ * frame written), stdout unchanged. When the program file changed since it
+ * was started, the next frame first retires it (EOF) and starts the new one.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { statSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { changeSet, fullInput } from '../changes.js';
 import { DEFAULTS } from '../defaults.js';
@@ -60,6 +62,19 @@ interface Live {
   waiting: ((end: FrameEnd) => void) | undefined;
   /** We are ending it (our close, a timeout, a failed frame). */
   ending: boolean;
+  /** The program file as it was when started (see `programStamp`). */
+  program: string | undefined;
+}
+
+/** The program file's identity and times, when `file` is a path; undefined for a name looked up in $PATH or a file we cannot stat. */
+function programStamp(file: string): string | undefined {
+  if (!file.includes('/')) return undefined;
+  try {
+    const s = statSync(file);
+    return `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Runs one long-lived callout process; see the module comment. */
@@ -88,7 +103,46 @@ export class PersistentCallout implements Callout {
     this.lostListeners.push(listener);
   }
 
-  start({ run, state, previous }: RunRequest): InFlight {
+  start(request: RunRequest): InFlight {
+    const live = this.live;
+    // A new version of the program (an edit, a new build under `replay --watch`): the old one is
+    // retired first (EOF, as at our stop), and the frame goes to the new one, in full.
+    if (live && !live.ending && live.program !== programStamp(this.options.file)) return this.restartFor(request, live);
+    return this.send(request);
+  }
+
+  /** Ends `old` (stdin closed, its group ended after the grace), then sends `request` to a new process. */
+  private restartFor(request: RunRequest, old: Live): InFlight {
+    this.log.info('the callout program changed: restarting the persistent callout', { file: this.options.file });
+    old.ending = true;
+    old.child.stdin!.end();
+    const grace = setTimeout(() => old.group.terminate(), this.killGraceMs);
+    let inner: InFlight | undefined;
+    let stopped = false;
+    const done = old.gone.then((): RunResult | Promise<RunResult> => {
+      clearTimeout(grace);
+      if (stopped) return { run: request.run, result: 'failed', stopped: true, durationMs: 0, message: `callout run ${request.run} stopped` };
+      inner = this.send(request);
+      return inner.done;
+    });
+    return {
+      run: request.run,
+      done,
+      terminate: () => {
+        stopped = true;
+        if (inner) inner.terminate();
+        else old.group.terminate();
+      },
+      kill: () => {
+        stopped = true;
+        if (inner) inner.kill();
+        else old.group.kill();
+      },
+    };
+  }
+
+  /** Writes the frame of `request` (starting the program first when it is not running) and waits for its ack. */
+  private send({ run, state, previous }: RunRequest): InFlight {
     const started = this.now();
     let live = this.live;
     if (!live) {
@@ -212,7 +266,7 @@ export class PersistentCallout implements Callout {
     child.on('error', (err) => this.log.debug(`persistent callout process error: ${err.message}`, fields));
     const stdin = child.stdin as Writable;
     stdin.on('error', (err: NodeJS.ErrnoException) => this.log.debug(`writing to the persistent callout: ${err.message}`, { ...fields, code: err.code }));
-    const l: Live = { child, group, output, lines, exited: false, fresh: true, waiting: undefined, ending: false, gone: exit };
+    const l: Live = { child, group, output, lines, exited: false, fresh: true, waiting: undefined, ending: false, gone: exit, program: programStamp(this.options.file) };
     l.gone = (async () => {
       const status = await exit;
       l.exited = true;

@@ -129,3 +129,19 @@ t.test('replay --watch --persistent: SIGTERM closes the callout\'s stdin, it exi
   t.notOk(pidAlive(pid));
   t.match(readFileSync(join(dir, 'frames'), 'utf8'), /eof\n$/);
 });
+
+t.test('replay --watch --persistent: a new version of the callout replaces the old process, fed a full frame', async (t) => {
+  const { dir, files } = fixtures(t);
+  const callout = persistentCallout(dir);
+  const c = runBin(t, 'kpng-callout', ['replay', '--watch', '--persistent', '--changes', '--callout', callout, files[0]!]);
+  await c.line('stderr', /\[frame 1\] acked/);
+  const pid = Number(readFileSync(join(dir, 'pid'), 'utf8'));
+  // The same program with one more line: an editor's save (temp file, rename).
+  replaceFile(callout, readFileSync(callout, 'utf8').replace('echo $$', 'echo v2 >&2\necho $$'), 0o755);
+  await c.line('stderr', /\[frame 2\] acked \{"Frame":\{"Seq":2,"Input":"full"\}\}/);
+  await waitGone(pid);
+  t.not(Number(readFileSync(join(dir, 'pid'), 'utf8')), pid, 'a new process');
+  t.match(c.stderr.join('\n'), /restarting the persistent callout/);
+  c.proc.kill('SIGTERM');
+  t.equal(await c.exited(), 0);
+});
