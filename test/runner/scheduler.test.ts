@@ -456,3 +456,36 @@ t.test('submit after stop is ignored (and said at debug)', async (t) => {
   t.equal(callout.requests.length, 0);
   t.match(log.matching(/ignored/), [/^kpng-callout debug: runner stopped: state ignored$/]);
 });
+
+t.test('previous (for change sets): the last applied state; none first, after a failure, on a resync, after the callout was lost', async (t) => {
+  let fail = false;
+  let lost: ((why: string) => void) | undefined;
+  // A callout that can be lost between runs (as a persistent one): the scheduler registers at construction.
+  const withLost = Object.assign(new FakeCallout(() => (fail ? failed(1) : ok)), { lost: (f: (why: string) => void) => void (lost = f) });
+  const clock = new FakeClock();
+  const ev = new Events();
+  const s2 = new Scheduler({ callout: withLost, debounceMs: 0, maxWaitMs: 0, now: clock.now, timers: clock.timers, onEvent: ev.on, random: () => 0.5, retryMinMs: 10, retryMaxMs: 10, resyncPeriodMs: 1000 });
+  const prev = (): Array<string | undefined> => withLost.requests.map((r) => (r.previous ? r.previous.lines.map((l) => l.toString().trim()).join(',') : undefined));
+  s2.submit(st('A'));
+  await ev.until('run-finished', (e) => e.run === 1);
+  s2.submit(st('B'));
+  await ev.until('run-finished', (e) => e.run === 2);
+  t.same(prev(), [undefined, 'A'], 'first full, then from the last applied');
+  fail = true;
+  s2.submit(st('C'));
+  await ev.until('run-finished', (e) => e.run === 3);
+  fail = false;
+  clock.advance(10); // the retry
+  await ev.until('run-finished', (e) => e.run === 4);
+  t.same(prev().slice(2), ['B', undefined], 'after a failure: full');
+  clock.advance(1000); // resync
+  await ev.until('run-finished', (e) => e.run === 5);
+  t.equal(withLost.requests[4]!.reason, 'resync');
+  t.equal(prev()[4], undefined, 'a resync is full');
+  lost!('exited (exit status 1)');
+  clock.advance(10);
+  await ev.until('run-finished', (e) => e.run === 6);
+  t.equal(withLost.requests[5]!.reason, 'retry', 'the newest state is handed over again');
+  t.equal(prev()[5], undefined, 'in full');
+  await s2.stop();
+});
