@@ -7,6 +7,11 @@
 //   from scratch     the callout on an empty namespace;
 //   re-apply         the same state again;
 //   one change       the same state with one Service's local endpoints moved.
+// For kpng-example-allip-nft also, in a section of its own, the same one-Service
+// change given as a change set (issue 12): per run (KPNG_CALLOUT_INPUT=changes,
+// after a full run that recorded the state) and through a persistent callout
+// (KPNG_CALLOUT_MODE=persistent: from writing the frame to its ack on fd 3;
+// the median of CHANGE_FRAMES frames that move the endpoints back and forth).
 // For callouts/kpng-example-allip (iptables-restore), callouts/kpng-example-allip-nft
 // (nft -f) and bench/upstream-allip.sh, a re-creation of the retired upstream
 // script's one-command-per-rule approach (run only up to the N where a phase
@@ -24,12 +29,15 @@
 //   --sizes 100,1000   other sizes      --runs 3   runs per measure
 //   --no-record        do not write bench/RESULTS.md
 // Needs root, `ip netns`, iptables, nft and jq; exits 0 saying why when not.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { flag, machine, opt, recordSection, root, runDate } from './lib.js';
 
 const SECTION = '## Callouts: kpng-example-allip (iptables) and kpng-example-allip-nft (nftables)';
 const UPSTREAM_LIMIT_S = 60;
+const CHANGE_FRAMES = 20;
 
 const SIZES = opt('--sizes', '100,1000,10000').split(',').map(Number);
 const RUNS = Number(opt('--runs', '3'));
@@ -78,17 +86,20 @@ function serviceLine(i, moved) {
   }) + '\n';
 }
 
+/** The state, its lines in kpng order (by key, as the runner sends them: change sets rely on it). */
 function state(n, change) {
+  const order = Array.from({ length: n }, (_, i) => i).sort((a, b) => (`svc-${a}` < `svc-${b}` ? -1 : 1));
   let s = '';
-  for (let i = 0; i < n; i++) s += serviceLine(i, change && i === 0);
+  for (const i of order) s += serviceLine(i, change && i === 0);
   return Buffer.from(s);
 }
 
-/** Runs the callout in the namespace; seconds, or null past the limit. */
-function timeRun(ns, impl, input) {
+/** Runs the callout in the namespace (with `env` added); seconds, or null past the limit. */
+function timeRun(ns, impl, input, env) {
   const t0 = process.hrtime.bigint();
   const r = sh('ip', ['netns', 'exec', ns, impl.path], {
     input,
+    ...(env ? { env: { ...process.env, ...env } } : {}),
     stdio: ['pipe', 'ignore', 'pipe'],
     timeout: impl.limitS ? impl.limitS * 1000 : 0,
     killSignal: 'SIGKILL',
@@ -141,6 +152,92 @@ function measure(impl, n, base, changed) {
   return phases;
 }
 
+/** The change set from state(n, false) to state(n, true), or back (`back`): Service 0's lines only. */
+function changeSetInput(back) {
+  const [from, to] = back ? [serviceLine(0, true), serviceLine(0, false)] : [serviceLine(0, false), serviceLine(0, true)];
+  return Buffer.from(`{"Previous":${from.slice(0, -1)}}\n${to}`);
+}
+
+/** A persistent callout in `ns`: `frame(input, body)` resolves with [ack, ms from write to ack]; `end()` with the exit code. */
+function persistent(ns, impl, env) {
+  const child = spawn('ip', ['netns', 'exec', ns, impl.path], { stdio: ['pipe', 'ignore', 'pipe', 'pipe'], env: { ...process.env, ...env, KPNG_CALLOUT_MODE: 'persistent' } });
+  let stderr = '';
+  child.stderr.setEncoding('utf8').on('data', (d) => (stderr = (stderr + d).slice(-4000)));
+  const acks = [];
+  let waiting;
+  let partial = '';
+  child.stdio[3].setEncoding('utf8').on('data', (d) => {
+    const parts = (partial + d).split('\n');
+    partial = parts.pop();
+    for (const a of parts) acks.push([a, process.hrtime.bigint()]);
+    waiting?.();
+  });
+  const exited = new Promise((resolve) => child.on('exit', (code) => (waiting?.(), resolve(code))));
+  let seq = 0;
+  return {
+    async frame(input, body) {
+      const t0 = process.hrtime.bigint();
+      child.stdin.write(Buffer.concat([Buffer.from(`{"Frame":{"Seq":${++seq},"Input":"${input}"}}\n`), body, Buffer.from('\n')]));
+      while (acks.length === 0) {
+        if (child.exitCode !== null) throw new Error(`${impl.name} (persistent) exited: ${stderr}`);
+        await new Promise((resolve) => (waiting = resolve));
+      }
+      const [ack, t1] = acks.shift();
+      if (ack !== 'ok') throw new Error(`${impl.name} (persistent) answered ${ack}: ${stderr}`);
+      return Number(t1 - t0) / 1e6;
+    },
+    async end() {
+      child.stdin.end();
+      return exited;
+    },
+  };
+}
+
+/**
+ * kpng-example-allip-nft with change sets, per run and persistent, for n
+ * Services; times in ms. Each run from a fresh namespace; every step checked
+ * as in `measure`.
+ */
+async function measureChanges(impl, n, base, changed) {
+  const out = { recordFull: [], perRun: [], frameFull: [], frames: [] };
+  // Every step: one entry per external IP, and Service 0's IPv4 one where the state says.
+  const check = (ns, what, moved) => {
+    const got = entries(ns, impl);
+    if (got[0] !== n || got[1] !== n) throw new Error(`${impl.name}, ${n} services, ${what}: the kernel holds ${got} entries, not ${n} per family`);
+    const want = moved ? '198.19.255.254' : v4(19, 1);
+    const elem = sh('ip', ['netns', 'exec', ns, 'nft', 'get', 'element', 'inet', 'kpng_allip', 'dnat4', `{ ${v4(18, 1)} }`]).stdout;
+    if (!elem.includes(`${v4(18, 1)} : ${want} `)) throw new Error(`${impl.name}, ${n} services, ${what}: ${v4(18, 1)} is not mapped to ${want}: ${elem}`);
+  };
+  for (let run = 0; run < impl.runs; run++) {
+    const ns = `kpngbench-${process.pid}-${++seq}`;
+    const stateDir = mkdtempSync(join(tmpdir(), 'kpngbench-state-'));
+    if (sh('ip', ['netns', 'add', ns]).status !== 0) throw new Error(`ip netns add ${ns} failed`);
+    try {
+      const env = (input) => ({ KPNG_CALLOUT_INPUT: input, KPNG_ALLIP_NFT_STATE_DIR: stateDir });
+      out.recordFull.push(timeRun(ns, impl, base, env('full')) * 1000);
+      check(ns, 'full, recording the state', false);
+      for (const back of [false, true]) {
+        out.perRun.push(timeRun(ns, impl, changeSetInput(back), env('changes')) * 1000);
+        check(ns, 'change set, per run', !back);
+      }
+      const p = persistent(ns, impl, {});
+      try {
+        out.frameFull.push(await p.frame('full', changed));
+        check(ns, 'full frame', true);
+        for (let i = 0; i < CHANGE_FRAMES; i++) out.frames.push(await p.frame('changes', changeSetInput(i % 2 === 0)));
+        check(ns, 'change-set frames', CHANGE_FRAMES % 2 === 0);
+      } finally {
+        const code = await p.end();
+        if (code !== 0) throw new Error(`${impl.name} (persistent) exited ${code} at end of input`);
+      }
+    } finally {
+      sh('ip', ['netns', 'del', ns]);
+      rmSync(stateDir, { recursive: true, force: true });
+    }
+  }
+  return out;
+}
+
 function version(cmd, argv) {
   const r = sh(cmd, argv);
   return (r.stdout || r.stderr || '').split('\n')[0].trim() || '?';
@@ -153,6 +250,7 @@ if (reason) {
 }
 
 const rows = [];
+const changeRows = [];
 const fmt = (xs) => {
   if (!xs || xs.length === 0) return 'not run';
   if (xs.includes(null)) return `> ${UPSTREAM_LIMIT_S} s (stopped)`;
@@ -170,6 +268,12 @@ for (const n of SIZES) {
     const m = measure(impl, n, base, changed);
     if (m.timedOut) impl.stopped = true;
     rows.push([impl.name, n, fmt(m.scratch), fmt(m.again), fmt(m.change)]);
+    if (impl.kind === 'nft') {
+      process.stderr.write(`${impl.name}, ${n} services, change sets...\n`);
+      const c = await measureChanges(impl, n, base, changed);
+      const ms = (xs) => `${median(xs).toFixed(1)} ms`;
+      changeRows.push([n, ms(c.recordFull), ms(c.perRun), ms(c.frameFull), `${ms(c.frames)} (max ${Math.max(...c.frames).toFixed(1)} ms)`]);
+    }
   }
 }
 
@@ -178,6 +282,12 @@ const table = [
   `| ${header.join(' | ')} |`,
   '|---|---:|---:|---:|---:|',
   ...rows.map((r) => `| ${r[0]} | ${r[1].toLocaleString('en-US')} | ${r[2]} | ${r[3]} | ${r[4]} |`),
+].join('\n');
+
+const changeTable = [
+  '| services | full state, recording it (per run) | one-service change, change set (per run) | full frame (persistent) | one-service change, change-set frame (persistent) |',
+  '|---:|---:|---:|---:|---:|',
+  ...changeRows.map((r) => `| ${r[0].toLocaleString('en-US')} | ${r[1]} | ${r[2]} | ${r[3]} | ${r[4]} |`),
 ].join('\n');
 
 const tools = [version('iptables', ['--version']), version('nft', ['--version']), version('jq', ['--version']), `node ${process.version}`].join(', ');
@@ -193,9 +303,20 @@ exists), so its traffic keeps going to the old endpoint.
 Targets: 10,000 Services from scratch under 2 s, an identical re-apply under 1 s.
 
 ${table}
+
+kpng-example-allip-nft with change sets (issue 12), milliseconds: a full run with
+\`KPNG_CALLOUT_INPUT=full\` (which records the applied mapping), then the same one-Service change as a
+change set per run (\`KPNG_CALLOUT_INPUT=changes\`, the median of ${RUNS * 2}: there and back), then a
+persistent callout: its first, full frame, and ${CHANGE_FRAMES} change-set frames moving the endpoints back
+and forth, from writing the frame to reading its ack on fd 3 (median of all runs' frames).
+Target: a one-Service change from a change set at 10,000 Services in at most 20 ms.
+
+${changeTable}
 `;
 
 console.log(table);
+console.log();
+console.log(changeTable);
 if (RECORD) {
   recordSection(SECTION, section);
 }

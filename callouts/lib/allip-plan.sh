@@ -27,35 +27,28 @@
 #   tabs, newlines and backslashes, so a string is always exactly one field),
 #   and awk decides what is an address. No state string ever reaches a shell
 #   word, an eval or a command's option.
+#
+# The pieces, for a callout that reads the state its own way (the nft one):
+#   allip_need_jq PROG   fails, saying so, when jq is missing
+#   allip_lb             "true" or "false": whether load-balancer IPs count
+#   allip_jq_rows        jq: def allip_rows($i; $lb), the records of one line
+#   allip_awk_lib        awk: warn(), shown(), ip4(), ip6(), addr(fam, s)
+#                        (warn() prefixes the global "prog")
 
-allip_plan() {
-	_allip_prog=$1
-	if ! command -v jq >/dev/null 2>&1; then
-		printf '%s: jq is missing; nothing changed\n' "$_allip_prog" >&2
-		return 1
-	fi
-	case ${KPNG_ALLIP_LB_IPS:-1} in
-	0 | false | no) _allip_lb=false ;;
-	*) _allip_lb=true ;;
-	esac
-	_allip_raw=$2/allip-plan.tsv
-	# shellcheck disable=SC2016 # $i, $k, $lb... are jq variables
-	if ! jq -r --argjson lb "$_allip_lb" '
-		. as $i
-		| ("V4", "V6") as $k
-		| [ $i.Service?.IPs?.ExternalIPs?[$k]?[]?,
-		    if $lb then $i.Service?.IPs?.LoadBalancerIPs?[$k]?[]? else empty end ] as $x
-		| select($x != [])
-		| [ $i.Endpoints?[]? | select(.Local? == true) | .IPs?[$k]?[0]? | values ] as $e
-		| select($e != [])
-		| [$k, "\($i.Service?.Namespace?)/\($i.Service?.Name?)", ($x | length)] + $x + $e
-		| map(tostring) | @tsv
-	' >"$_allip_raw"; then
-		printf '%s: cannot read the state as JSON lines; nothing changed\n' "$_allip_prog" >&2
-		return 1
-	fi
-	awk -v prog="$_allip_prog" '
-	BEGIN { FS = "\t" }
+# shellcheck disable=SC2016 # $i, $k, $lb... are jq variables
+allip_jq_rows='
+def allip_rows($i; $lb):
+	("V4", "V6") as $k
+	| [ $i.Service?.IPs?.ExternalIPs?[$k]?[]?,
+	    if $lb then $i.Service?.IPs?.LoadBalancerIPs?[$k]?[]? else empty end ] as $x
+	| select($x != [])
+	| [ $i.Endpoints?[]? | select(.Local? == true) | .IPs?[$k]?[0]? | values ] as $e
+	| select($e != [])
+	| [$k, "\($i.Service?.Namespace?)/\($i.Service?.Name?)", ($x | length)] + $x + $e
+	| map(tostring) | @tsv;
+'
+
+allip_awk_lib='
 	function warn(msg) { printf "%s: %s\n", prog, msg > "/dev/stderr" }
 	# A state string, fit for a log line: printable ASCII, at most 100 bytes.
 	function shown(s) { gsub(/[^ -~]/, "?", s); return "\"" substr(s, 1, 100) "\"" }
@@ -113,8 +106,34 @@ allip_plan() {
 		for (i = 1; i <= length(h); i++) v = v * 16 + index("0123456789abcdef", substr(h, i, 1)) - 1
 		return v
 	}
-	# The address in its canonical form, if it is one of the family of this line; else "".
-	function addr(ip) { return fam == 4 ? (ip4(ip) ? ip : "") : ip6(ip) }
+	# The address s in its canonical form, if it is one of family fam (4 or 6); else "".
+	function addr(fam, s) { return fam == 4 ? (ip4(s) ? s : "") : ip6(s) }
+'
+
+allip_need_jq() {
+	command -v jq >/dev/null 2>&1 && return 0
+	printf '%s: jq is missing; nothing changed\n' "$1" >&2
+	return 1
+}
+
+allip_lb() {
+	case ${KPNG_ALLIP_LB_IPS:-1} in
+	0 | false | no) echo false ;;
+	*) echo true ;;
+	esac
+}
+
+allip_plan() {
+	_allip_prog=$1
+	allip_need_jq "$_allip_prog" || return 1
+	_allip_lb=$(allip_lb)
+	_allip_raw=$2/allip-plan.tsv
+	if ! jq -r --argjson lb "$_allip_lb" "$allip_jq_rows"' . as $i | allip_rows($i; $lb)' >"$_allip_raw"; then
+		printf '%s: cannot read the state as JSON lines; nothing changed\n' "$_allip_prog" >&2
+		return 1
+	fi
+	awk -v prog="$_allip_prog" "$allip_awk_lib"'
+	BEGIN { FS = "\t" }
 	$1 != "V4" && $1 != "V6" || $3 !~ /^[0-9]+$/ { next }
 	{
 		fam = $1 == "V4" ? 4 : 6
@@ -123,14 +142,14 @@ allip_plan() {
 		eps = ""
 		delete seen
 		for (i = last + 1; i <= NF; i++) {
-			k = addr($i)
+			k = addr(fam, $i)
 			if (k == "") { warn(name ": skipping local endpoint " shown($i) ": not a literal IPv" fam " address"); continue }
 			if (k in seen) continue
 			seen[k] = 1
 			eps = eps " " k
 		}
 		for (i = 4; i <= last; i++) {
-			k = addr($i)
+			k = addr(fam, $i)
 			if (k == "") { warn(name ": skipping external IP " shown($i) ": not a literal IPv" fam " address"); continue }
 			if (eps == "") continue
 			if ((fam, k) in owner) {

@@ -18,14 +18,14 @@ const CALLOUTS = [
   { name: 'kpng-example-allip-nft', path: 'callouts/kpng-example-allip-nft' },
 ] as const;
 
-/** The DNAT rules the callout owns, one string per rule (or per map element). */
+/** The DNAT rules the callout owns, one string per rule (or per external IP's map element). */
 function dnatEntries(callout: string, rules: string): string[] {
   if (callout.endsWith('-nft')) {
+    // dnat4/dnat6: IP : endpoint; multi4/multi6: IP : goto its numgen chain
     const entries: string[] = [];
-    for (const m of rules.matchAll(/elements = \{([^}]*)\}/g)) {
+    for (const m of rules.matchAll(/map (?:dnat|multi)[46] \{[^}]*?elements = \{([^}]*)\}/g)) {
       entries.push(...m[1]!.split(',').map((e) => e.trim()).filter(Boolean));
     }
-    entries.push(...rules.split('\n').filter((l) => /\bdnat\b.*numgen/.test(l)).map((l) => l.trim()));
     return entries;
   }
   return rules.split('\n').filter((l) => l.startsWith('-A KPNG-ALLIP '));
@@ -42,8 +42,10 @@ for (const callout of CALLOUTS) {
 
     const v4 = XIP.v4[0];
     const v6 = XIP.v6[0];
+    // Where the nft callout keeps the applied mapping when the runner sets KPNG_CALLOUT_INPUT.
+    const stateDir = join(topo.dirPath, 'nft-state');
     const apply = async (t: Tap, services: ServiceSpec[], env?: NodeJS.ProcessEnv) => {
-      const r = await topo.apply(callout.path, services, env);
+      const r = await topo.apply(callout.path, services, { KPNG_ALLIP_NFT_STATE_DIR: stateDir, ...env });
       t.equal(r.code, 0, `${callout.name} exits 0`, { stderr: r.stderr });
       return r;
     };
