@@ -30,6 +30,11 @@ export function fullInput(state: State): Input {
   return { kind: 'full', chunks: state.lines, bytes: state.bytes };
 }
 
+/** The change set from `previous` to `state`, or the full state when there is no `previous`. */
+export function inputFor(state: State, previous: State | undefined): Input {
+  return previous ? changeSet(previous, state) : fullInput(state);
+}
+
 const PREVIOUS = Buffer.from('{"Previous":');
 const CLOSE = Buffer.from('}\n');
 

@@ -13,7 +13,7 @@ import type { RunResult } from './runner/callout.js';
 import type { Runner } from './runner/runner.js';
 import type { Source, StateSink } from './source.js';
 import type { State } from './state.js';
-import { changeSet, fullInput, type Input } from './changes.js';
+import { inputFor, type Input } from './changes.js';
 import { constants as osConstants } from 'node:os';
 import { createIdleCompactor } from './memory.js';
 
@@ -188,7 +188,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
     let printed: State | undefined;
     deliver = (state) => {
       if (stdoutClosed) return;
-      writeInput(io.stdout, common.changes && printed ? changeSet(printed, state) : fullInput(state));
+      writeInput(io.stdout, inputFor(state, common.changes ? printed : undefined));
       printed = state;
     };
   } else {

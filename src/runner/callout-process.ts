@@ -22,12 +22,12 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import type { Writable } from 'node:stream';
 import { DEFAULTS } from '../defaults.js';
 import { silentLogger, type Logger } from '../log.js';
-import { changeSet, fullInput, type Input } from '../changes.js';
+import { inputFor, type Input } from '../changes.js';
 import type { State } from '../state.js';
 import type { Callout, InFlight, RunRequest, RunResult } from './callout.js';
 import { spawnErrorMessage } from './callout-check.js';
 import { ChildOutput } from './child-output.js';
-import { Outlet } from './outlet.js';
+import { calloutOutlets, type Outlet } from './outlet.js';
 import { ProcessGroup } from './process-group.js';
 import { jsonLineFormat, StderrLines, textLineFormat } from './stderr-lines.js';
 
@@ -123,7 +123,7 @@ export class CalloutProcess implements Callout {
   /** Spawns the callout with `state` on its stdin. */
   start({ run, state, previous }: RunRequest): InFlight {
     const started = this.now();
-    const input = this.changes && previous ? changeSet(previous, state) : fullInput(state);
+    const input = inputFor(state, this.changes ? previous : undefined);
     const env: NodeJS.ProcessEnv = { ...this.baseEnv, KPNG_CALLOUT_RUN: String(run), KPNG_NODE_NAME: this.nodeName };
     if (this.changes) env.KPNG_CALLOUT_INPUT = input.kind;
     const spawnFailed = (err: NodeJS.ErrnoException): RunResult => {
@@ -266,10 +266,6 @@ export class CalloutProcess implements Callout {
 
   /** Our stdout and stderr as outlets (created once: their listeners must not pile up per run). */
   private getOutlets(): { out: Outlet; err: Outlet } {
-    this.outlets ??= {
-      out: new Outlet(this.outStream, (why) => this.log.debug(`our stdout is closed (${why}): the callout's stdout is dropped`)),
-      err: new Outlet(this.errStream, (why) => this.log.debug(`our stderr is closed (${why}): the callout's stderr is dropped`)),
-    };
-    return this.outlets;
+    return (this.outlets ??= calloutOutlets(this.outStream, this.errStream, this.log));
   }
 }

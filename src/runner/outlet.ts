@@ -60,3 +60,11 @@ export class Outlet {
     for (const fn of fns) fn();
   }
 }
+
+/** Our stdout and stderr as the outlets a callout's output goes to; a broken one is said at debug level. */
+export function calloutOutlets(stdout: NodeJS.WritableStream, stderr: NodeJS.WritableStream, log: { debug(msg: string): void }): { out: Outlet; err: Outlet } {
+  return {
+    out: new Outlet(stdout, (why) => log.debug(`our stdout is closed (${why}): the callout's stdout is dropped`)),
+    err: new Outlet(stderr, (why) => log.debug(`our stderr is closed (${why}): the callout's stderr is dropped`)),
+  };
+}

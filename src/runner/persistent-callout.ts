@@ -26,16 +26,16 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { statSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
-import { changeSet, fullInput } from '../changes.js';
+import { inputFor } from '../changes.js';
 import { DEFAULTS } from '../defaults.js';
 import { silentLogger, type Logger } from '../log.js';
 import type { Callout, InFlight, RunRequest, RunResult } from './callout.js';
 import { spawnErrorMessage } from './callout-check.js';
 import type { CalloutProcessOptions } from './callout-process.js';
 import { ChildOutput } from './child-output.js';
-import { Outlet } from './outlet.js';
+import { calloutOutlets, type Outlet } from './outlet.js';
 import { ProcessGroup } from './process-group.js';
-import { StderrLines } from './stderr-lines.js';
+import { jsonLineFormat, StderrLines, textLineFormat } from './stderr-lines.js';
 
 /** Options of a `PersistentCallout`: those of a process per run (`changes` included). */
 export type PersistentCalloutOptions = CalloutProcessOptions;
@@ -158,7 +158,7 @@ export class PersistentCallout implements Callout {
       live = spawned;
     }
     const l = live;
-    const input = this.changes && previous && !l.fresh ? changeSet(previous, state) : fullInput(state);
+    const input = inputFor(state, this.changes && !l.fresh ? previous : undefined);
     const seq = ++this.seq;
     let settle!: (end: FrameEnd) => void;
     const ended = new Promise<FrameEnd>((resolve) => (settle = resolve));
@@ -260,7 +260,7 @@ export class PersistentCallout implements Callout {
     const pgid = child.pid;
     const fields = { pid: pgid };
     const group = new ProcessGroup(pgid, { killGraceMs: this.killGraceMs, logger: this.log, name: 'persistent callout', fields });
-    const lines = new StderrLines(this.lineFormat());
+    const lines = new StderrLines(this.options.stderrFormat === 'json' ? jsonLineFormat(() => ({ frame: this.seq }), this.now) : textLineFormat(() => `frame ${this.seq}`));
     const output = new ChildOutput(child, { ...this.getOutlets(), stderrLines: lines, pipeDrainMs: this.options.pipeDrainMs ?? PIPE_DRAIN_MS, logger: this.log, fields });
     const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
     child.on('error', (err) => this.log.debug(`persistent callout process error: ${err.message}`, fields));
@@ -333,24 +333,9 @@ export class PersistentCallout implements Callout {
     waiting({ ack: 'error', message: `not an ack: ${JSON.stringify(line)}` });
   }
 
-  /** `[frame N] line` (text) or a JSON object with `frame` (json), N the newest frame written. */
-  private lineFormat(): (line: Buffer) => Buffer {
-    if (this.options.stderrFormat === 'json') {
-      return (line) => {
-        const s = line.toString('utf8');
-        const rec = { time: new Date(this.now()).toISOString(), level: 'info', frame: this.seq, stream: 'stderr', msg: s.endsWith('\r') ? s.slice(0, -1) : s };
-        return Buffer.from(JSON.stringify(rec) + '\n');
-      };
-    }
-    return (line) => Buffer.concat([Buffer.from(`[frame ${this.seq}] `), line, Buffer.from('\n')]);
-  }
 
   private getOutlets(): { out: Outlet; err: Outlet } {
-    this.outlets ??= {
-      out: new Outlet(this.options.stdout ?? process.stdout, (why) => this.log.debug(`our stdout is closed (${why}): the callout's stdout is dropped`)),
-      err: new Outlet(this.options.stderr ?? process.stderr, (why) => this.log.debug(`our stderr is closed (${why}): the callout's stderr is dropped`)),
-    };
-    return this.outlets;
+    return (this.outlets ??= calloutOutlets(this.options.stdout ?? process.stdout, this.options.stderr ?? process.stderr, this.log));
   }
 }
 

@@ -22,6 +22,7 @@ import { DEFAULTS } from '../defaults.js';
 import { silentLogger, type Logger } from '../log.js';
 import { sameState, type State } from '../state.js';
 import type { Callout, InFlight, RunReason, RunResult } from './callout.js';
+import type { RunnerEvent } from './runner-event.js';
 
 /** Timer functions, injectable for tests (method syntax so the Node globals fit). */
 export interface Timers {
@@ -29,17 +30,7 @@ export interface Timers {
   clearTimeout(handle: unknown): void;
 }
 
-/**
- * Runner events, for metrics. `at` is `now()` when the event happened;
- * `pendingSince` is when the state that runs first became pending (a burst of
- * coalesced changes counts from its first change).
- */
-export type RunnerEvent =
-  | { type: 'pending-changed'; pending: boolean; pendingSince?: number | undefined; at: number }
-  | { type: 'run-started'; run: number; reason: RunReason; pendingSince?: number | undefined; at: number; services: number; bytes: number }
-  | ({ type: 'run-finished'; reason: RunReason; pendingSince?: number | undefined; at: number } & RunResult)
-  | { type: 'run-skipped'; reason: RunReason; pendingSince?: number | undefined; at: number }
-  | { type: 'retry-scheduled'; run: number; attempt: number; delayMs: number; at: number };
+export type { RunnerEvent } from './runner-event.js';
 
 /** Options of a `Scheduler`. Durations are in milliseconds; defaults from `DEFAULTS`. */
 export interface SchedulerOptions {
@@ -303,7 +294,8 @@ export class Scheduler {
     const since = this.pendingSince;
     const reason = this.pendingReason;
     const force = this.force || reason !== 'change';
-    const forcedResync = this.force;
+    // A resync hands over the full state, also when it fell due while this state waited.
+    const full = reason === 'resync' || this.force;
     this.pending = undefined;
     this.pendingSince = undefined;
     this.pendingReason = 'change';
@@ -319,17 +311,10 @@ export class Scheduler {
       this.checkIdle();
       return;
     }
-    // A resync hands over the full state, also when it fell due while this state waited.
-    const full = reason === 'resync' || forcedResync;
-    this.launch(
-      state,
-      reason,
-      since,
-      (r) => {
-        if (r.result !== 'ok' && !this.stopped && this.pending === undefined) this.scheduleRetry(r);
-      },
-      full,
-    );
+    const retryOnFailure = (r: RunResult): void => {
+      if (r.result !== 'ok' && !this.stopped && this.pending === undefined) this.scheduleRetry(r);
+    };
+    this.launch(state, reason, since, retryOnFailure, full);
   }
 
   private scheduleRetry(failed: RunResult): void {

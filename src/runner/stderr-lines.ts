@@ -14,8 +14,13 @@ const NL = Buffer.from('\n');
 /** How one stderr line (without its newline) is written to our stderr, newline included. */
 export type LineFormat = (line: Buffer) => Buffer;
 
-/** Text format: `[run N] line\n`, the line's bytes unchanged. */
-export function textLineFormat(run: number): LineFormat {
+/**
+ * Text format: `[run N] line\n`, the line's bytes unchanged; with a function,
+ * `[LABEL] line\n`, the label asked for each line (a persistent callout's
+ * `frame N`, N the newest frame).
+ */
+export function textLineFormat(run: number | (() => string)): LineFormat {
+  if (typeof run === 'function') return (line) => Buffer.concat([Buffer.from(`[${run()}] `), line, NL]);
   const prefix = Buffer.from(`[run ${run}] `);
   return (line) => Buffer.concat([prefix, line, NL]);
 }
@@ -28,12 +33,14 @@ function lineText(line: Buffer): string {
 
 /**
  * JSON format: one object per line, e.g.
- * `{"time":"…","level":"info","run":1,"stream":"stderr","msg":"…"}`, always
+ * `{"time":"…","level":"info","run":1,"stream":"stderr","msg":"…"}` (with a function, its
+ * fields instead of `run`, e.g. `"frame":N`), always
  * valid JSON whatever the bytes (see `lineText`). `now` is a millisecond clock.
  */
-export function jsonLineFormat(run: number, now: () => number): LineFormat {
+export function jsonLineFormat(run: number | (() => Record<string, number>), now: () => number): LineFormat {
   return (line) => {
-    const rec = { time: new Date(now()).toISOString(), level: 'info', run, stream: 'stderr', msg: lineText(line) };
+    const who = typeof run === 'function' ? run() : { run };
+    const rec = { time: new Date(now()).toISOString(), level: 'info', ...who, stream: 'stderr', msg: lineText(line) };
     return Buffer.from(JSON.stringify(rec) + '\n');
   };
 }

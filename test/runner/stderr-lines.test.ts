@@ -74,3 +74,13 @@ t.test('the tail: the last 10 lines, 2 KB at most, without CRs', async (t) => {
   feed(huge, b(`${'c'.repeat(5000)}\n`));
   t.equal(huge.tail(), '…' + 'c'.repeat(2048), 'one huge line keeps its end');
 });
+
+t.test('formats with a label asked for each line (a persistent callout: the newest frame)', async (t) => {
+  let frame = 1;
+  const text = textLineFormat(() => `frame ${frame}`);
+  const json = jsonLineFormat(() => ({ frame }), () => 0);
+  t.equal(text(Buffer.from('a')).toString(), '[frame 1] a\n');
+  frame = 2;
+  t.equal(text(Buffer.from('b')).toString(), '[frame 2] b\n');
+  t.same(JSON.parse(json(Buffer.from('c')).toString()), { time: '1970-01-01T00:00:00.000Z', level: 'info', frame: 2, stream: 'stderr', msg: 'c' });
+});

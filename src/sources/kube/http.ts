@@ -114,11 +114,6 @@ export class ApiClient {
     return Buffer.concat(chunks);
   }
 
-  /** GET a list page as text. */
-  async getText(path: string, query: Record<string, string | number | undefined>, o: { signal: AbortSignal }): Promise<string> {
-    return (await this.getBytes(path, query, o)).toString('utf8');
-  }
-
   private async request(url: URL, credentials: Credentials, o: RequestKind): Promise<http.IncomingMessage> {
     const auth = await credentials.forRequest();
     o.signal.throwIfAborted();

@@ -38,7 +38,7 @@ async function listThrough(t: Test, srv: KubeApiServer, file: string): Promise<s
   const client = new ApiClient({ server: srv.url, credentials: credentialsOf(file) });
   t.teardown(() => client.close());
   try {
-    const page = JSON.parse(await client.getText('/api/v1/services', {}, list)) as { items: Array<{ metadata: { name: string } }> };
+    const page = JSON.parse((await client.getBytes('/api/v1/services', {}, list)).toString()) as { items: Array<{ metadata: { name: string } }> };
     return page.items.map((i) => i.metadata.name);
   } catch (err) {
     return err as Error;
@@ -94,12 +94,12 @@ t.test('an exec plugin: its token used and cached until it expires; run again af
   const runs = (): number => readFileSync(join(d, 'runs'), 'utf8').split('\n').filter(Boolean).length;
   const client = new ApiClient({ server: srv.url, credentials: credentialsOf(file) });
   t.teardown(() => client.close());
-  await client.getText('/api/v1/services', {}, list);
-  await client.getText('/api/v1/services', {}, list);
+  await client.getBytes('/api/v1/services', {}, list);
+  await client.getBytes('/api/v1/services', {}, list);
   t.equal(runs(), 1, 'cached until its expirationTimestamp');
   writeFileSync(join(d, 'token'), 'exec-2');
   srv.setToken('exec-2');
-  await client.getText('/api/v1/services', {}, list);
+  await client.getBytes('/api/v1/services', {}, list);
   t.equal(runs(), 2, 'run again after the 401');
   t.same(
     srv.requests.map((r) => r.status),

@@ -42,7 +42,7 @@ t.test('a list page as text; requests share one kept-alive connection', async (t
   srv.add('services', service('web'), service('api'));
   const client = await clientOf(t, srv);
   for (let i = 0; i < 3; i++) {
-    const page = JSON.parse(await client.getText('/api/v1/services', { limit: 1, labelSelector: 'a!=b', continue: undefined }, list)) as { items: unknown[] };
+    const page = JSON.parse((await client.getBytes('/api/v1/services', { limit: 1, labelSelector: 'a!=b', continue: undefined }, list)).toString()) as { items: unknown[] };
     t.equal(page.items.length, 1);
   }
   t.same(srv.requests.at(-1)?.query, { limit: '1', labelSelector: 'a!=b' }, 'undefined values left out');
@@ -54,7 +54,7 @@ t.test('lists are asked for compressed, and read whole when they are', async (t)
   srv.gzipLists = true;
   srv.add('services', service('web'));
   const client = await clientOf(t, srv);
-  const page = JSON.parse(await client.getText('/api/v1/services', {}, list)) as { items: Array<{ metadata: { name: string } }> };
+  const page = JSON.parse((await client.getBytes('/api/v1/services', {}, list)).toString()) as { items: Array<{ metadata: { name: string } }> };
   t.equal(page.items[0]?.metadata.name, 'web');
 });
 
@@ -62,7 +62,7 @@ t.test('a status other than 200: ApiError with the status and the server\'s Stat
   const srv = await served(t);
   srv.forbid('services', 'list');
   const client = await clientOf(t, srv);
-  const err = (await client.getText('/api/v1/services', {}, list).catch((e: unknown) => e)) as ApiError;
+  const err = (await client.getBytes('/api/v1/services', {}, list).catch((e: unknown) => e)) as ApiError;
   t.type(err, ApiError);
   t.equal(err.statusCode, 403);
   t.match(JSON.parse(err.body), { kind: 'Status', code: 403, message: /cannot list resource "services"/ });
@@ -84,13 +84,13 @@ t.test('a 401: the credentials are refreshed and the request made once more', as
   };
   const client = new ApiClient({ server: srv.url, credentials: Promise.resolve(credentials) });
   t.teardown(() => client.close());
-  await client.getText('/api/v1/services', {}, list);
+  await client.getBytes('/api/v1/services', {}, list);
   t.equal(refreshes, 0);
   srv.setToken('new');
-  await client.getText('/api/v1/services', {}, list);
+  await client.getBytes('/api/v1/services', {}, list);
   t.equal(refreshes, 1, 'refreshed once, and the retry went through');
   srv.setToken('newer');
-  const err = (await client.getText('/api/v1/services', {}, list).catch((e: unknown) => e)) as ApiError;
+  const err = (await client.getBytes('/api/v1/services', {}, list).catch((e: unknown) => e)) as ApiError;
   t.equal(err.statusCode, 401, 'still 401 after the retry: the error');
   t.equal(refreshes, 2, 'one refresh per request');
 });
@@ -105,11 +105,11 @@ t.test('a rotated token file: the 401 makes it read again at once', async (t) =>
     `clusters: [{name: c, cluster: {server: "${srv.url}", insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token-file: token}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n`,
   );
   const client = await clientOf(t, srv, kubeconfig);
-  await client.getText('/api/v1/services', {}, list);
+  await client.getBytes('/api/v1/services', {}, list);
   // The token is cached for a minute; a rotation shows as a 401 first.
   writeFileSync(join(dir, 'token'), 'two');
   srv.setToken('two');
-  await client.getText('/api/v1/services', {}, list);
+  await client.getBytes('/api/v1/services', {}, list);
   t.same(
     srv.requests.map((r) => r.status),
     [200, 401, 200],
@@ -128,7 +128,7 @@ t.test('no answer within the request timeout: ETIMEDOUT', async (t) => {
   const credentials: Credentials = { via: 'built-in', forRequest: async () => ({ headers: {}, tls: {} }), refresh: () => false };
   const client = new ApiClient({ server: url, credentials: Promise.resolve(credentials), requestTimeoutMs: 200 });
   t.teardown(() => client.close());
-  const err = (await within(client.getText('/api/v1/services', {}, list).catch((e: unknown) => e), 'the timeout')) as NodeJS.ErrnoException;
+  const err = (await within(client.getBytes('/api/v1/services', {}, list).catch((e: unknown) => e), 'the timeout')) as NodeJS.ErrnoException;
   t.equal(err.code, 'ETIMEDOUT');
 });
 
@@ -188,7 +188,7 @@ t.test('the server URL: a path prefix is kept; one that is no http(s) URL fails 
   const credentials: Credentials = { via: 'built-in', forRequest: async () => ({ headers: {}, tls: {} }), refresh: () => false };
   const prefixed = new ApiClient({ server: `${srv.url}/k8s/clusters/c-1`, credentials: Promise.resolve(credentials) });
   t.teardown(() => prefixed.close());
-  t.match(await prefixed.getText('/api/v1/services', {}, list).catch((e: unknown) => e), { statusCode: 404 });
+  t.match(await prefixed.getBytes('/api/v1/services', {}, list).catch((e: unknown) => e), { statusCode: 404 });
   t.equal(srv.requests.at(-1)?.path, '/k8s/clusters/c-1/api/v1/services');
   const bad: Array<[string, string]> = [
     ['ftp://192.0.2.1', 'the server ftp://192.0.2.1 is not an http:// or https:// URL'],
@@ -196,7 +196,7 @@ t.test('the server URL: a path prefix is kept; one that is no http(s) URL fails 
   ];
   for (const [server, why] of bad) {
     const client = new ApiClient({ server, credentials: Promise.resolve(credentials) });
-    await t.rejects(client.getText('/api/v1/services', {}, list), { message: why });
+    await t.rejects(client.getBytes('/api/v1/services', {}, list), { message: why });
     client.close();
   }
 });
