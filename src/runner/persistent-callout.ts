@@ -114,13 +114,9 @@ export class PersistentCallout implements Callout {
   /** Ends `old` (stdin closed, its group ended after the grace), then sends `request` to a new process. */
   private restartFor(request: RunRequest, old: Live): InFlight {
     this.log.info('the callout program changed: restarting the persistent callout', { file: this.options.file });
-    old.ending = true;
-    old.child.stdin!.end();
-    const grace = setTimeout(() => old.group.terminate(), this.killGraceMs);
     let inner: InFlight | undefined;
     let stopped = false;
-    const done = old.gone.then((): RunResult | Promise<RunResult> => {
-      clearTimeout(grace);
+    const done = this.retire(old).then((): RunResult | Promise<RunResult> => {
       if (stopped) return { run: request.run, result: 'failed', stopped: true, durationMs: 0, message: `callout run ${request.run} stopped` };
       inner = this.send(request);
       return inner.done;
@@ -215,13 +211,14 @@ export class PersistentCallout implements Callout {
     this.closing = true;
     const l = this.live;
     if (!l) return;
-    if (how === 'kill') {
-      l.ending = true;
-      l.group.kill();
-      await l.gone;
-      return;
-    }
-    // EOF: the callout exits by itself within the grace, or its group is ended.
+    if (how === 'graceful') return this.retire(l);
+    l.ending = true;
+    l.group.kill();
+    await l.gone;
+  }
+
+  /** EOF: the callout exits by itself within the kill grace, or its group is ended. Resolves once nothing of it is left. */
+  private async retire(l: Live): Promise<void> {
     l.ending = true;
     l.child.stdin!.end();
     const t = setTimeout(() => {
