@@ -43,7 +43,6 @@ export interface ApiObject {
   metadata?: { name?: string | null; namespace?: string | null; resourceVersion?: string | null } | null;
 }
 
-
 /** What is watched, where, and who is told. */
 export interface ListWatchOptions extends ResourceName {
   client: ApiClient;
@@ -86,9 +85,9 @@ function stub(key: string): ApiObject {
  * The continue token of a list page, read from its text before the items
  * (where the API server writes the list's metadata); undefined when not there.
  */
-export function continueToken(page: string | Buffer): string | undefined {
+export function continueToken(page: Buffer): string | undefined {
   const items = page.indexOf('"items"');
-  const head = items < 0 ? '' : typeof page === 'string' ? page.slice(0, items) : page.toString('latin1', 0, items);
+  const head = items < 0 ? '' : page.toString('latin1', 0, items);
   return /"continue"\s*:\s*"([^"\\]+)"/.exec(head)?.[1];
 }
 
@@ -171,7 +170,7 @@ export class ListWatch implements Member {
   }
 
   /**
-   * Requests one list page (text). Not awaited at once when prefetched: its
+   * Requests one list page (its bytes). Not awaited at once when prefetched: its
    * rejection is then handled where it is awaited.
    */
   private page(signal: AbortSignal, cont: string | undefined): { cont: string | undefined; bytes: Promise<Buffer>; abort: () => void } {

@@ -244,8 +244,8 @@ t.test('a watch silent past its timeout is aborted by the watchdog and restarted
 });
 
 t.test('the continue token is read from the head of a page, never from its items', async (t) => {
-  t.equal(continueToken('{"kind":"ServiceList","apiVersion":"v1","metadata":{"resourceVersion":"7","continue":"eyJ2IjoxfQ","remainingItemCount":3},"items":[]}'), 'eyJ2IjoxfQ');
-  t.equal(continueToken('{"metadata":{"resourceVersion":"7"},"items":[{"metadata":{"annotations":{"continue":"x"}}}]}'), undefined);
-  t.equal(continueToken('{"items":[],"metadata":{"continue":"late"}}'), undefined, 'after the items: read once parsed');
-  t.equal(continueToken('{"metadata":{}}'), undefined);
+  t.equal(continueToken(Buffer.from('{"kind":"ServiceList","apiVersion":"v1","metadata":{"resourceVersion":"7","continue":"eyJ2IjoxfQ","remainingItemCount":3},"items":[]}')), 'eyJ2IjoxfQ');
+  t.equal(continueToken(Buffer.from('{"metadata":{"resourceVersion":"7"},"items":[{"metadata":{"annotations":{"continue":"x"}}}]}')), undefined);
+  t.equal(continueToken(Buffer.from('{"items":[],"metadata":{"continue":"late"}}')), undefined, 'after the items: read once parsed');
+  t.equal(continueToken(Buffer.from('{"metadata":{}}')), undefined);
 });
