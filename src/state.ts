@@ -5,12 +5,18 @@
  * Service or one of its endpoints changed.
  */
 import { compareUtf8, encodeEndpoint, encodeLine, encodeService, encodeServiceEndpoints } from './gojson.js';
+import { LINES_PER_BLOCK, packBlock, packLines } from './line-blocks.js';
 import type { Endpoint, Service, ServiceEndpoints } from './model.js';
 
 /** A complete node-local state, as the callout receives it. Immutable. */
 export interface State {
   /** One NDJSON line per Service (each ends with `\n`), in kpng order. */
   readonly lines: readonly Buffer[];
+  /**
+   * The same bytes as `lines`, packed into few Buffers (line-blocks.ts): what
+   * a full input writes. Absent: write `lines`.
+   */
+  readonly blocks?: readonly Buffer[] | undefined;
   /** Number of Services. */
   readonly services: number;
   /** Number of Endpoints over all Services. */
@@ -31,9 +37,11 @@ export const emptyState: State = Object.freeze({ lines: Object.freeze([]) as rea
 
 /** Builds a state from already grouped items, keeping their order (replay). */
 export function stateFromItems(items: readonly ServiceEndpoints[]): State {
-  const lines = items.map((it) => Buffer.from(encodeServiceEndpoints(it)));
+  const lines: Buffer[] = new Array(items.length);
+  const blocks = packLines(items.map((it) => encodeServiceEndpoints(it)), lines);
   return {
     lines,
+    blocks,
     keys: items.map((it) => `${it.Service.Namespace ?? ''}/${it.Service.Name ?? ''}`),
     services: items.length,
     endpoints: items.reduce((n, it) => n + it.Endpoints.length, 0),
@@ -241,8 +249,8 @@ export class Store {
     return this.services.size;
   }
 
-  /** Encodes a Service's line from its (cached) JSON and its endpoints'. */
-  private encode(path: string, entry: SvcEntry): Buffer {
+  /** Encodes a Service's line from its (cached) JSON and its endpoints' (`entry.line` is set once it is packed). */
+  private encode(path: string, entry: SvcEntry): string {
     if (entry.json === undefined) {
       entry.json = flat(encodeService(entry.value!));
       entry.value = undefined;
@@ -260,7 +268,7 @@ export class Store {
       eps = list;
     }
     entry.eps = eps.length;
-    return (entry.line = Buffer.from(encodeLine(entry.json, eps)));
+    return encodeLine(entry.json, eps);
   }
 
   /** The current complete state; unchanged services reuse their cached line. */
@@ -279,40 +287,65 @@ export class Store {
     this.lastGroup = undefined;
     if (orphans.length > 0) this.onOrphans?.(orphans);
 
-    if (this.ordered) {
-      // Same Services as the last state: patch its lines.
+    const { keys, blocks: lastBlocks } = this.last;
+    if (this.ordered && keys !== undefined && lastBlocks !== undefined) {
+      // Same Services as the last state: re-encode the changed ones, re-pack their blocks.
       const lines = this.last.lines.slice();
+      const blocks = lastBlocks.slice();
       let bytes = this.last.bytes;
       let endpoints = this.last.endpoints;
+      const fresh = new Map<number, string>();
       for (const path of changed) {
         const entry = this.services.get(path)!;
         bytes -= entry.line ? entry.line.length : 0;
         endpoints -= entry.eps;
-        const line = this.encode(path, entry);
-        bytes += line.length;
+        fresh.set(entry.index, this.encode(path, entry));
         endpoints += entry.eps;
-        lines[entry.index] = line;
       }
-      this.last = { lines, keys: this.last.keys, services: lines.length, endpoints, bytes };
+      const touched = new Set<number>();
+      for (const i of fresh.keys()) touched.add(Math.floor(i / LINES_PER_BLOCK));
+      for (const b of touched) {
+        const at = b * LINES_PER_BLOCK;
+        const end = Math.min(at + LINES_PER_BLOCK, lines.length);
+        const parts: (string | Buffer)[] = [];
+        for (let i = at; i < end; i++) parts.push(fresh.get(i) ?? lines[i]!);
+        blocks[b] = packBlock(parts, lines, at);
+        // Every line of the block is a view of the new one: nothing may keep the old block alive.
+        for (let i = at; i < end; i++) {
+          this.services.get(keys[i]!)!.line = lines[i];
+          if (fresh.has(i)) bytes += lines[i]!.length;
+        }
+      }
+      this.last = { lines, blocks, keys, services: lines.length, endpoints, bytes };
       return this.last;
     }
 
     for (const path of changed) this.services.get(path)!.line = undefined;
     const paths = sortedPaths([...this.services.keys()]);
     const lines: Buffer[] = new Array(paths.length);
+    const blocks: Buffer[] = new Array(Math.ceil(paths.length / LINES_PER_BLOCK));
     let bytes = 0;
     let endpoints = 0;
-    for (let i = 0; i < paths.length; i++) {
-      const path = paths[i]!;
-      const entry = this.services.get(path)!;
-      entry.index = i;
-      const line = entry.line ?? this.encode(path, entry);
-      endpoints += entry.eps;
-      bytes += line.length;
-      lines[i] = line;
+    // A block at a time, so that only one block's new lines are strings at once.
+    for (let b = 0; b < blocks.length; b++) {
+      const at = b * LINES_PER_BLOCK;
+      const end = Math.min(at + LINES_PER_BLOCK, paths.length);
+      const parts: (string | Buffer)[] = [];
+      for (let i = at; i < end; i++) {
+        const path = paths[i]!;
+        const entry = this.services.get(path)!;
+        entry.index = i;
+        parts.push(entry.line ?? this.encode(path, entry));
+        endpoints += entry.eps;
+      }
+      blocks[b] = packBlock(parts, lines, at);
+      for (let i = at; i < end; i++) {
+        this.services.get(paths[i]!)!.line = lines[i];
+        bytes += lines[i]!.length;
+      }
     }
     this.ordered = true;
-    this.last = { lines, keys: paths, services: lines.length, endpoints, bytes };
+    this.last = { lines, blocks, keys: paths, services: lines.length, endpoints, bytes };
     return this.last;
   }
 }
