@@ -21,43 +21,20 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { binArgv } from './bin-process.js';
-import { missingTools, mustRun, runCommand, type CommandResult } from './command.js';
+import { mustRun, runCommand, type CommandResult } from './command.js';
+import { netnsMissing as labMissing } from './netns.js';
 import { tempDir, untilExit } from './files.js';
 import { repoPath } from './fixtures.js';
 import { pollUntil } from './wait.js';
 
 const tools = ['ip', 'iptables', 'ip6tables', 'iptables-save', 'ip6tables-save', 'iptables-restore', 'ip6tables-restore', 'nft', 'jq', 'socat'];
 
-/** Why a topology cannot be built here, or undefined when it can. */
-export async function netnsMissing(): Promise<string | undefined> {
-  if (process.platform !== 'linux') return 'network namespaces need Linux';
-  if (process.getuid?.() !== 0) return 'network namespaces need root';
-  const missing = missingTools(tools);
-  if (missing.length) return `missing tools: ${missing.join(', ')} (apt-get install iptables nftables iproute2 jq socat)`;
-  const probe = `${NS_PREFIX}${process.pid}-probe`;
-  const r = await runCommand('ip', ['netns', 'add', probe]);
-  if (r.code !== 0) return `cannot create a network namespace: ${r.stderr.trim()}`;
-  await runCommand('ip', ['netns', 'del', probe]);
-  removeStaleNamespaces();
-  return undefined;
-}
-
 /** Our namespaces are named NS_PREFIX + pid + '-' + role. */
 const NS_PREFIX = 'kpngallip-';
 
-/** Removes namespaces that an earlier run of this suite left behind when it was killed. */
-function removeStaleNamespaces(): void {
-  const list = spawnSync('ip', ['netns', 'list'], { encoding: 'utf8' }).stdout ?? '';
-  for (const line of list.split('\n')) {
-    const m = new RegExp(`^(${NS_PREFIX}(\\d+)-[a-z0-9]+)\\b`).exec(line);
-    if (!m || Number(m[2]) === process.pid) continue;
-    try {
-      process.kill(Number(m[2]), 0);
-      continue; // that run is still going
-    } catch {
-      spawnSync('ip', ['netns', 'del', m[1]!], { stdio: 'ignore' });
-    }
-  }
+/** Why a topology cannot be built here, or undefined when it can. */
+export function netnsMissing(): Promise<string | undefined> {
+  return labMissing(NS_PREFIX, tools, 'apt-get install iptables nftables iproute2 jq socat');
 }
 
 /** The two pods' addresses. */

@@ -1,0 +1,142 @@
+#!/usr/bin/env node
+// Benchmark of the service proxier callouts (callouts/service-proxy-nft and,
+// when the file exists, callouts/service-proxy-iptables).
+//
+// For N = 1,000 and 10,000 Services (each: one IPv4 ClusterIP, one IPv4
+// ExternalIP, ports TCP 80 -> 8080 and TCP 443 -> 8443, 10 endpoints), in a
+// network namespace created per run (the host's rules are never touched):
+//   from scratch     the callout on an empty namespace;
+//   re-apply         the same state again;
+//   one change       the same state with one endpoint of Service 0 moved (full input);
+//   change set       nft only: the same change as a change set (KPNG_CALLOUT_INPUT=changes).
+// Times are wall-clock seconds of one callout run (stdin fed from memory),
+// the median of --runs runs (a fresh namespace each). No packet is sent: the
+// Service addresses come from 198.18.0.0/16 and the endpoints from
+// 198.19.0.0/16 (RFC 2544 benchmarking range: the documentation ranges hold
+// 768 IPv4 addresses, 20,000 Service addresses do not fit), the moved
+// endpoint from 198.51.100.0/24.
+// Options: --sizes 1000,10000  --runs 3  --callouts service-proxy-nft (only those)  --limit 300 (seconds per run; a
+// case past it is reported as stopped). Prints a markdown table with the date
+// and machine. Needs root, `ip netns`, nft, jq; exits 0 saying why when not.
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { machine, opt, root, runDate } from './lib.js';
+
+const SIZES = opt('--sizes', '1000,10000').split(',').map(Number);
+const RUNS = Number(opt('--runs', '3'));
+const LIMIT_S = Number(opt('--limit', '300'));
+
+const IMPLS = [
+  { name: 'service-proxy-nft', path: join(root, 'callouts/service-proxy-nft'), changes: true },
+  { name: 'service-proxy-iptables', path: join(root, 'callouts/service-proxy-iptables'), changes: false },
+].filter((i) => existsSync(i.path) && (opt('--callouts', '') === '' || opt('--callouts', '').split(',').includes(i.name)));
+
+const sh = (cmd, argv, o = {}) => spawnSync(cmd, argv, { encoding: 'utf8', maxBuffer: 512 << 20, ...o });
+
+function skipReason() {
+  if (process.platform !== 'linux') return 'network namespaces need Linux';
+  if (process.getuid?.() !== 0) return 'network namespaces need root';
+  for (const tool of ['ip', 'nft', 'jq']) {
+    if (sh('sh', ['-c', 'command -v "$1"', 'sh', tool]).status !== 0) return `${tool} is missing`;
+  }
+  return undefined;
+}
+
+const ip = (second, i) => `198.${second}.${(i >> 8) & 255}.${i & 255}`;
+
+/** Service i's line, as kpng prints it; `moved` moves its first endpoint. */
+function line(i, moved) {
+  const eps = Array.from({ length: 10 }, (_, j) => ({
+    IPs: { V4: [moved && j === 0 ? '198.51.100.77' : ip(19, ((i * 10 + j) % 65534) + 1)] },
+    PortOverrides: [
+      { Name: 'http', Port: 8080 },
+      { Name: 'https', Port: 8443 },
+    ],
+    Scopes: { Internal: true, External: true },
+  }));
+  return JSON.stringify({
+    Service: {
+      Namespace: 'bench',
+      Name: `svc-${i}`,
+      Type: 'ClusterIP',
+      IPs: { ClusterIPs: { V4: [ip(18, i + 1)] }, ExternalIPs: { V4: [ip(18, 32768 + i + 1)] } },
+      Ports: [
+        { Name: 'http', Protocol: 1, Port: 80, TargetPort: 8080 },
+        { Name: 'https', Protocol: 1, Port: 443, TargetPort: 8443 },
+      ],
+      SessionAffinity: null,
+    },
+    Endpoints: eps,
+  });
+}
+
+/** The state in kpng order (by key). */
+function state(n, moved) {
+  const order = Array.from({ length: n }, (_, i) => i).sort((a, b) => (`svc-${a}` < `svc-${b}` ? -1 : 1));
+  return Buffer.from(order.map((i) => line(i, moved && i === 0) + '\n').join(''));
+}
+
+function timeRun(ns, impl, input, env = {}) {
+  const t0 = process.hrtime.bigint();
+  const r = sh('ip', ['netns', 'exec', ns, impl.path], {
+    input,
+    env: { ...process.env, ...env },
+    stdio: ['pipe', 'ignore', 'pipe'],
+    timeout: LIMIT_S * 1000,
+    killSignal: 'SIGKILL',
+  });
+  const s = Number(process.hrtime.bigint() - t0) / 1e9;
+  if (r.error?.code === 'ETIMEDOUT' || r.signal === 'SIGKILL') return null;
+  if (r.status !== 0) throw new Error(`${impl.name} exited ${r.status}: ${r.stderr}`);
+  return s;
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+
+let seq = 0;
+const rows = [];
+const reason = skipReason();
+if (reason) {
+  console.log(`bench/service-proxy.js skipped: ${reason}`);
+  process.exit(0);
+}
+for (const n of SIZES) {
+  const base = state(n, false);
+  const moved = state(n, true);
+  const changeSet = Buffer.from(`{"Previous":${line(0, false)}}\n${line(0, true)}\n`);
+  for (const impl of IMPLS) {
+    const cases = { scratch: [], again: [], change: [], changeSet: [] };
+    for (let run = 0; run < RUNS; run++) {
+      const ns = `kpspn-bench-${process.pid}-${++seq}`;
+      if (sh('ip', ['netns', 'add', ns]).status !== 0) throw new Error(`ip netns add ${ns} failed`);
+      try {
+        process.stderr.write(`${impl.name}, ${n} services, run ${run + 1}...\n`);
+        cases.scratch.push(timeRun(ns, impl, base));
+        cases.again.push(timeRun(ns, impl, base));
+        cases.change.push(timeRun(ns, impl, moved));
+        if (impl.changes) {
+          // back to the base state, then the change as a change set
+          timeRun(ns, impl, base);
+          cases.changeSet.push(timeRun(ns, impl, changeSet, { KPNG_CALLOUT_INPUT: 'changes' }));
+        }
+      } finally {
+        sh('ip', ['netns', 'del', ns]);
+      }
+    }
+    const fmt = (xs, unit) => {
+      if (xs.length === 0) return 'n/a';
+      if (xs.includes(null)) return `> ${LIMIT_S} s (stopped)`;
+      const m = median(xs);
+      return unit === 'ms' ? `${(m * 1000).toFixed(0)} ms` : `${m.toFixed(2)} s`;
+    };
+    rows.push([impl.name, n.toLocaleString('en-US'), fmt(cases.scratch), fmt(cases.again), fmt(cases.change), fmt(cases.changeSet, 'ms')]);
+  }
+}
+
+const nft = (sh('nft', ['--version']).stdout || '').trim();
+const jq = (sh('jq', ['--version']).stdout || '').trim();
+console.log(`Run on ${runDate()} UTC, ${machine()}; ${nft}, ${jq}. Median of ${RUNS} run(s).\n`);
+console.log('| callout | services | from scratch | identical re-apply | one-Service change (full) | one-Service change (change set) |');
+console.log('|---|---:|---:|---:|---:|---:|');
+for (const r of rows) console.log(`| ${r.join(' | ')} |`);

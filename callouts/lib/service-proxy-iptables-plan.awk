@@ -1,0 +1,285 @@
+# service-proxy-iptables-plan.awk: used by callouts/service-proxy-iptables.
+# Input: the jq records (tab-separated; @tsv-escaped, so a state string is
+# always exactly one field) of one family FAM (4 or 6):
+#   P fam svc portname proto port nodeport targetport etplocal affinity
+#   C ip                      a cluster IP of the port above
+#   X ip                      an external or load-balancer IP
+#   E ip targetport int ext   an endpoint (first address of the family)
+# then, after a line "SAVED", the current iptables-save of nat and filter.
+# Output: the restore input (nat, then filter) on stdout; conntrack deletion
+# specs (UDP) to the file CT; log lines on stderr.
+# Nothing from the state reaches the output unless it passed ip/port checks.
+# TCP is refused with a reset: an ICMPv6 error ends an IPv6 connect only at its SYN retransmit (~1 s).
+function rej() { return PROTO == "tcp" ? "REJECT --reject-with tcp-reset" : "REJECT" }
+function warn(m) { printf "%s: %s\n", prog, m > "/dev/stderr" }
+function shown(s) { gsub(/[^ -~]/, "?", s); return "\"" substr(s, 1, 100) "\"" }
+function dec(s) { return s ~ /^(0|[1-9][0-9]?[0-9]?)$/ && s + 0 <= 255 }
+function ip4(s,   a) {
+	if (s !~ /^[0-9.]+$/ || split(s, a, ".") != 4) return 0
+	return dec(a[1]) && dec(a[2]) && dec(a[3]) && dec(a[4])
+}
+function hex(h,   v, i) {
+	for (i = 1; i <= length(h); i++) v = v * 16 + index("0123456789abcdef", substr(h, i, 1)) - 1
+	return v
+}
+function ip6(s,   n, a, q, w, h, t, nh, nt, gap, i, d, bb, bl, cb, cl, out) {
+	if (s !~ /^[0-9A-Fa-f:.]+$/ || length(s) > 45) return ""
+	d = index(s, "::")
+	if (d && index(substr(s, d + 1), "::")) return ""
+	if (s ~ /^:[^:]/ || s ~ /[^:]:$/) return ""
+	n = split(s, a, ":")
+	nh = nt = gap = 0
+	for (i = 1; i <= n; i++) {
+		if (a[i] == "") { gap = 1; continue }
+		if (i == n && index(a[i], ".")) {
+			if (!ip4(a[i])) return ""
+			split(a[i], q, ".")
+			if (gap) { t[++nt] = sprintf("%x", q[1] * 256 + q[2]); t[++nt] = sprintf("%x", q[3] * 256 + q[4]) }
+			else { h[++nh] = sprintf("%x", q[1] * 256 + q[2]); h[++nh] = sprintf("%x", q[3] * 256 + q[4]) }
+			continue
+		}
+		if (a[i] !~ /^[0-9A-Fa-f]+$/ || length(a[i]) > 4) return ""
+		out = tolower(a[i]); sub(/^0+/, "", out); if (out == "") out = "0"
+		if (gap) t[++nt] = out; else h[++nh] = out
+	}
+	if (d ? nh + nt > 7 : nh + nt != 8) return ""
+	for (i = 1; i <= nh; i++) w[i] = h[i]
+	for (; i <= 8 - nt; i++) w[i] = "0"
+	for (; i <= 8; i++) w[i] = t[i - 8 + nt]
+	bl = cl = 0
+	for (i = 1; i <= 8; i++) {
+		if (w[i] != "0") { cl = 0; continue }
+		if (!cl++) cb = i
+		if (cl > bl) { bb = cb; bl = cl }
+	}
+	if (bl < 2) bl = 0
+	if (bl && bb == 1 && (bl == 6 || (bl == 5 && w[6] == "ffff")))
+		return (bl == 6 ? "::" : "::ffff:") int(hex(w[7]) / 256) "." hex(w[7]) % 256 "." int(hex(w[8]) / 256) "." hex(w[8]) % 256
+	if (!bl) return w[1] ":" w[2] ":" w[3] ":" w[4] ":" w[5] ":" w[6] ":" w[7] ":" w[8]
+	out = ""
+	for (i = 1; i < bb; i++) out = out w[i] ":"
+	out = (bb == 1 ? "::" : out ":")
+	for (i = bb + bl; i <= 8; i++) out = out w[i] (i < 8 ? ":" : "")
+	return out
+}
+function addr(s) { return FAM == 4 ? (ip4(s) ? s : "") : ip6(s) }
+function port(s) { return s ~ /^[1-9][0-9]*$/ && length(s) <= 5 && s + 0 <= 65535 }
+# 16 base32 characters from four polynomial hashes of s (80 bits).
+function hash(s,   i, c, a, b, d, e, n, out, v, k) {
+	a = 7; b = 11; d = 13; e = 17
+	n = length(s)
+	for (i = 1; i <= n; i++) {
+		c = ord[substr(s, i, 1)] + 1
+		a = (a * 31 + c) % 1048573; b = (b * 131 + c) % 1048571
+		d = (d * 257 + c) % 1048559; e = (e * 37 + c * 3) % 1048549
+	}
+	out = ""
+	v[1] = a; v[2] = b; v[3] = d; v[4] = e
+	for (k = 1; k <= 4; k++)
+		for (i = 0; i < 4; i++) { out = out substr(B32, v[k] % 32 + 1, 1); v[k] = int(v[k] / 32) }
+	return out
+}
+function chainname(pre, key,   n) {
+	n = pre hash(key)
+	if ((n in owner) && owner[n] != key) { warn("chain name collision for " shown(key) "; skipped"); return "" }
+	owner[n] = key
+	return n
+}
+function nat(r) { natr[++nnat] = r }
+function filt(r) { filr[++nfil] = r }
+function decl(t, c) { if (!((t, c) in want)) { want[t, c] = 1; if (t == "nat") natc[++nnatc] = c; else filc[++nfilc] = c } }
+# Rules sending new connections to the endpoint chains of list L (space
+# separated keys into epchain[]) from chain CH.
+function lb(ch, l,   a, n, i, e) {
+	n = split(l, a, " ")
+	if (aff) for (i = 1; i <= n; i++) {
+		e = epchain[a[i]]
+		nat("-A " ch " -m recent --rcheck --seconds " aff " --reap --name " e " --mask " MASK " --rsource -j " e)
+	}
+	for (i = 1; i <= n; i++) {
+		e = epchain[a[i]]
+		if (i < n) nat(sprintf("-A %s -m statistic --mode random --probability %.11f -j %s", ch, 1 / (n - i + 1), e))
+		else nat("-A " ch " -j " e)
+	}
+}
+function flush(   pm, i, k, nint, next_, sname, xname, ipl, xl, n, a, x) {
+	if (!have) return
+	have = 0
+	if (!ok) return
+	pm = " -p " PROTO " -m " PROTO " --dport " PORT
+	ipl = xl = ""
+	for (i = 1; i <= nep; i++) {
+		k = epip[i]
+		if (!(k in epchain)) continue
+		if (epint[i]) ipl = ipl (ipl == "" ? "" : " ") k
+		if (epext[i]) xl = xl (xl == "" ? "" : " ") k
+		if (!(k in emitted)) {
+			emitted[k] = 1
+			x = epchain[k]
+			decl("nat", x)
+			nat("-A " x " -s " k SLASH " -j KPNG-SP-MARK-MASQ")
+			if (aff) nat("-A " x " -m recent --set --name " x " --mask " MASK " --rsource")
+			nat("-A " x " -p " PROTO " -m " PROTO " -j DNAT --to-destination " (FAM == 6 ? "[" k "]" : k) ":" eptp[k])
+		}
+	}
+	sname = SNAME; xname = XNAME
+	if (ipl != "") { decl("nat", sname); lb(sname, ipl) }
+	for (i = 1; i <= ncl; i++) {
+		if (ipl != "") nat("-A KPNG-SP-SERVICES -d " cl[i] SLASH pm " -j " sname)
+		else filt("-A KPNG-SP-SERVICES -d " cl[i] SLASH pm " -m comment --comment \"no endpoints\" -j " rej())
+		if (PROTO == "udp") want_eps("d " cl[i] " " PORT, ipl)
+	}
+	if (nx || NP) {
+		if (xl != "" || (ETP && ipl != "")) {
+			decl("nat", xname)
+			if (!ETP) nat("-A " xname " -j KPNG-SP-MARK-MASQ")
+			else if (ipl != "") {
+				nat("-A " xname " -m addrtype --src-type LOCAL -j KPNG-SP-MARK-MASQ")
+				nat("-A " xname " -m addrtype --src-type LOCAL -j " sname)
+			}
+			if (xl != "") { if (xl == ipl) nat("-A " xname " -j " sname); else lb(xname, xl) }
+		}
+		for (i = 1; i <= nx; i++) {
+			if (xl != "" || (ETP && ipl != "")) nat("-A KPNG-SP-SERVICES -d " xip[i] SLASH pm " -j " xname)
+			if (xl == "") filt("-A KPNG-SP-SERVICES -d " xip[i] SLASH pm " -m comment --comment \"no external endpoints\" -j " rej())
+			if (PROTO == "udp") want_eps("d " xip[i] " " PORT, xl)
+		}
+		if (NP) {
+			if (xl != "" || (ETP && ipl != "")) nodeports[++nnp] = "-A KPNG-SP-NODEPORTS -p " PROTO " -m " PROTO " --dport " NP " -j " xname
+			if (xl == "") filt("-A KPNG-SP-SERVICES -p " PROTO " -m addrtype --dst-type LOCAL -m " PROTO " --dport " NP " -m comment --comment \"no external endpoints\" -j " rej())
+			if (PROTO == "udp") want_eps("n " NP, xl)
+		}
+	}
+}
+function want_eps(key, l) { newset[key] = (key in newset) ? newset[key] " " l : l; newkey[key] = 1 }
+BEGIN {
+	FS = "\t"
+	B32 = "abcdefghijklmnopqrstuvwxyz234567"
+	for (i = 1; i < 256; i++) ord[sprintf("%c", i)] = i
+	SLASH = FAM == 4 ? "/32" : "/128"
+	MASK = FAM == 4 ? "255.255.255.255" : "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+	fk = FAM == 4 ? "V4" : "V6"
+	decl("nat", "KPNG-SP-SERVICES"); decl("nat", "KPNG-SP-NODEPORTS")
+	decl("nat", "KPNG-SP-POSTROUTING"); decl("nat", "KPNG-SP-MARK-MASQ")
+	decl("filter", "KPNG-SP-SERVICES")
+	nat("-A KPNG-SP-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN")
+	nat("-A KPNG-SP-POSTROUTING -j MARK --set-xmark 0x4000/0x0")
+	nat("-A KPNG-SP-POSTROUTING -j MASQUERADE --random-fully")
+	nat("-A KPNG-SP-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000")
+}
+saved { 
+	if ($0 ~ /^\*/) table = substr($0, 2)
+	else if ($0 ~ /^:KPNG-SP-/) { c = substr($0, 2); sub(/ .*/, "", c); had[table, c] = 1; hadc[++nhad] = table SUBSEP c }
+	else if ($0 ~ /^-A (PREROUTING|OUTPUT|POSTROUTING|INPUT|FORWARD) .*-j KPNG-SP-/) jl[table, $0]++
+	else if (table == "nat" && $0 ~ /^-A KPNG-SP-/) {
+		split($0, w, " ")
+		c = w[2]; tgt = ""
+		for (i = 3; i < length(w); i++) if (w[i] == "-j") tgt = w[i + 1]
+		if (c == "KPNG-SP-SERVICES" && $0 ~ / -p udp / && match($0, / -d [^ ]+ /)) {
+			d = substr($0, RSTART + 4, RLENGTH - 5); sub(/\/[0-9]+$/, "", d)
+			match($0, / --dport [0-9]+/); p = substr($0, RSTART + 9, RLENGTH - 9)
+			oldroot["d " d " " p] = tgt
+		} else if (c == "KPNG-SP-NODEPORTS" && $0 ~ / -p udp /) {
+			match($0, / --dport [0-9]+/); p = substr($0, RSTART + 9, RLENGTH - 9)
+			oldroot["n " p] = tgt
+		} else if (c ~ /^KPNG-SP-[SX]-/ && tgt ~ /^KPNG-SP-[SEX]-/) kids[c] = kids[c] " " tgt
+		else if (c ~ /^KPNG-SP-E-/ && match($0, /--to-destination [^ ]+/)) {
+			d = substr($0, RSTART + 17, RLENGTH - 17)
+			if (d ~ /^\[/) { sub(/^\[/, "", d); sub(/\].*/, "", d) } else sub(/:[0-9]+$/, "", d)
+			dnat[c] = d
+		}
+	}
+	next
+}
+$0 == "SAVED" { flush(); saved = 1; next }
+$1 == "P" {
+	flush()
+	have = 1; ok = 0; ncl = nx = nep = 0
+	delete epchain; delete emitted
+	svc = $3; name = shown(svc) " port " shown($4)
+	if ($5 == "1") PROTO = "tcp"; else if ($5 == "2") PROTO = "udp"; else if ($5 == "3") PROTO = "sctp"
+	else { if (FAM == 4) warn(name ": skipped: protocol " shown($5) " is not TCP, UDP or SCTP"); next }
+	if (!port($6)) { if (FAM == 4) warn(name ": skipped: port " shown($6) " is not an integer 1-65535"); next }
+	PORT = $6
+	NP = ""
+	if ($7 != "0") { if (port($7)) NP = $7; else if (FAM == 4) warn(name ": NodePort " shown($7) " is not an integer 1-65535; ignored") }
+	TP = $8 != "0" && port($8) ? $8 : PORT
+	ETP = $9 == "true"
+	aff = ""
+	if ($10 != "-1") { aff = $10 ~ /^[1-9][0-9]*$/ && length($10) < 10 ? $10 : 10800 }
+	key = FAM "|" svc "|" $4 "|" PROTO "|" PORT
+	SNAME = chainname("KPNG-SP-S-", key)
+	XNAME = chainname("KPNG-SP-X-", key)
+	if (SNAME == "" || XNAME == "") next
+	ok = 1
+	next
+}
+!ok { next }
+$1 == "C" { k = addr($2); if (k == "") warn(name ": skipping cluster IP " shown($2) ": not a literal IPv" FAM " address"); else cl[++ncl] = k; next }
+$1 == "X" { k = addr($2); if (k == "") warn(name ": skipping external IP " shown($2) ": not a literal IPv" FAM " address"); else xip[++nx] = k; next }
+$1 == "E" {
+	k = addr($2)
+	if (k == "") { warn(name ": skipping endpoint " shown($2) ": not a literal IPv" FAM " address"); next }
+	if (k in epchain) next
+	p = $3 == "" || $3 == "0" ? TP : $3
+	if (!port(p)) { warn(name ": skipping endpoint " k ": port " shown(p) " is not an integer 1-65535"); next }
+	x = chainname("KPNG-SP-E-", key "|" k "|" p)
+	if (x == "") next
+	epchain[k] = x; eptp[k] = p
+	nep++; epip[nep] = k; epint[nep] = $4 == "true"; epext[nep] = $5 == "true"
+	next
+}
+# The endpoint IPs reachable in the saved rules from chain c.
+function reach(c, depth,   a, n, i, out) {
+	if (c in dnat) return dnat[c]
+	if (depth > 3 || !(c in kids)) return ""
+	n = split(kids[c], a, " "); out = ""
+	for (i = 1; i <= n; i++) out = out " " reach(a[i], depth + 1)
+	return out
+}
+function jumps(t, hook, rule,   n) {
+	n = jl[t, "-A " hook " " rule] + 0
+	if (n == 0) print "-I " hook " 1 " rule
+	for (; n > 1; n--) print "-D " hook " " rule
+}
+END {
+	flush()
+	for (i = 1; i <= nnp; i++) nat(nodeports[i])
+	nat("-A KPNG-SP-SERVICES -m addrtype --dst-type LOCAL -j KPNG-SP-NODEPORTS")
+	print "*nat"
+	for (i = 1; i <= nnatc; i++) print ":" natc[i] " - [0:0]"
+	for (i = 1; i <= nhad; i++) { split(hadc[i], tc, SUBSEP); if (tc[1] == "nat" && !(("nat", tc[2]) in want)) print ":" tc[2] " - [0:0]" }
+	for (i = 1; i <= nnat; i++) print natr[i]
+	jumps("nat", "PREROUTING", "-j KPNG-SP-SERVICES")
+	jumps("nat", "OUTPUT", "-j KPNG-SP-SERVICES")
+	jumps("nat", "POSTROUTING", "-j KPNG-SP-POSTROUTING")
+	for (i = 1; i <= nhad; i++) { split(hadc[i], tc, SUBSEP); if (tc[1] == "nat" && !(("nat", tc[2]) in want)) print "-X " tc[2] }
+	print "COMMIT"
+	print "*filter"
+	for (i = 1; i <= nfilc; i++) print ":" filc[i] " - [0:0]"
+	for (i = 1; i <= nhad; i++) { split(hadc[i], tc, SUBSEP); if (tc[1] == "filter" && !(("filter", tc[2]) in want)) print ":" tc[2] " - [0:0]" }
+	for (i = 1; i <= nfil; i++) print filr[i]
+	jumps("filter", "INPUT", "-m conntrack --ctstate NEW -j KPNG-SP-SERVICES")
+	jumps("filter", "FORWARD", "-m conntrack --ctstate NEW -j KPNG-SP-SERVICES")
+	jumps("filter", "OUTPUT", "-m conntrack --ctstate NEW -j KPNG-SP-SERVICES")
+	for (i = 1; i <= nhad; i++) { split(hadc[i], tc, SUBSEP); if (tc[1] == "filter" && !(("filter", tc[2]) in want)) print "-X " tc[2] }
+	print "COMMIT"
+	# UDP conntrack: endpoints that went away, destinations that got endpoints.
+	if (!(("nat", "KPNG-SP-SERVICES") in had)) exit 0
+	for (k in newkey) {
+		delete nowep
+		n = split(newset[k], a, " "); for (i = 1; i <= n; i++) nowep[epaddr(a[i])] = 1
+		split(k, kk, " ")
+		if (!(k in oldroot)) { if (n > 0) { if (kk[1] == "d") print "dst " kk[2] " " kk[3] > CT; else print "port " kk[2] > CT }; continue }
+		m = split(reach(oldroot[k], 0), a, " ")
+		if (m == 0 && n > 0) { if (kk[1] == "d") print "dst " kk[2] " " kk[3] > CT; else print "port " kk[2] > CT; continue }
+		for (i = 1; i <= m; i++) if (!(a[i] in nowep)) {
+			if (kk[1] == "d") print "dstep " kk[2] " " kk[3] " " a[i] > CT; else print "portep " kk[2] " " a[i] > CT
+		}
+	}
+	for (k in oldroot) if (!(k in newkey)) {
+		split(k, kk, " "); m = split(reach(oldroot[k], 0), a, " ")
+		for (i = 1; i <= m; i++) { if (kk[1] == "d") print "dstep " kk[2] " " kk[3] " " a[i] > CT; else print "portep " kk[2] " " a[i] > CT }
+	}
+}
+function epaddr(k) { return k }

@@ -1,0 +1,457 @@
+# service-proxy-nft: the planner. Reads the records of service-proxy-nft.jq
+# and writes the nft script (to the file `script`), and the conntrack
+# deletions to make after it is applied (to the file `ctfile`, one line each:
+# FAMILY DEST PORT ENDPOINT, DEST "any" for a NodePort, ENDPOINT "-" for all
+# entries of that destination). Needs allip_awk_lib (ip4, ip6, addr, warn,
+# shown) in front. Variables: prog, table, input (full|changes), dry,
+# script, ctfile, oldudp (full: the kernel's listing of sets udp4/udp6).
+# Every address that reaches the script is a checked literal in canonical
+# form, every number a checked integer, every name a checked Kubernetes
+# name; nothing else from the state is ever written.
+
+BEGIN {
+	FS = "\t"
+	M = 4294967296
+	T = "inet " table
+	PR[1] = "tcp"; PR[2] = "udp"; PR[3] = "sctp"
+	PRE = 64
+	nrec = 0; bad = ""
+	if (input == "full") read_old_udp()
+}
+$1 == "Z" { zseen = 1; next }
+$1 == "X" { if (bad == "") bad = "cannot read the state: a line that is not a JSON Service line"; next }
+$1 == "S" || $1 == "P" {
+	if (input == "full") { if ($1 == "S") full_service($0); else if (bad == "") bad = "a Previous line in a full state" }
+	else rec[++nrec] = $0
+	next
+}
+{ if (bad == "") bad = "cannot read the state" }
+END {
+	if (!zseen && bad == "") bad = "the state was not read to its end"
+	if (bad != "") { warn(bad "; nothing changed"); exit 1 }
+	if (input == "full") full_end()
+	else changes()
+	exit 0
+}
+
+function dnsname(s) { return length(s) <= 63 && s ~ /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/ }
+function num(s, lo, hi) { return s ~ /^[0-9]+$/ && length(s) <= 10 && s + 0 >= lo && s + 0 <= hi }
+# A number for an address, for hashing (cached).
+function ipnum(a,   g, n, i, v) {
+	if (a in IPN) return IPN[a]
+	n = split(a, g, /[.:]/)
+	v = 7
+	for (i = 1; i <= n; i++) v = (v * 65599 + (index(a, ":") ? hexv(g[i]) + 1 : g[i] + 1)) % M
+	return IPN[a] = v
+}
+function hexv(h,   v, i) {
+	v = 0
+	for (i = 1; i <= length(h); i++) v = v * 16 + index("0123456789abcdef", substr(h, i, 1)) - 1
+	return v
+}
+function fold(h, v) { return (h * 65599 + v) % M }
+function strhash(s, mul,   i, v) {
+	v = 5381
+	for (i = 1; i <= length(s); i++) v = (v * mul + index("abcdefghijklmnopqrstuvwxyz0123456789-/", substr(s, i, 1))) % M
+	return v
+}
+
+# plan(record): what one Service asks for, independent of every other
+# Service. Sets: pk (its key "ns/name", "" if skipped), pid ("H1 . H2"),
+# phash (a hash of all of it), claims 1..nc (cf family, ck "d"|"n", ckey,
+# cmap, cverd, ceps "EP . PORT" joined by "|", cudp "DEST PORT" or ""),
+# affinity objects 1..na (aset (decl) / achain (name) lines in aobj), and
+# the shared chains it uses (pneed[f, kind, N]).
+function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn) {
+	n = split(line, a, "\t")
+	pk = ""; nc = 0; na = 0; phash = 0
+	ns = a[2]; nm = a[3]
+	if (!dnsname(ns) || !dnsname(nm)) {
+		if (loud) warn("skipping Service " shown(ns "/" nm) ": not a valid Kubernetes namespace/name")
+		return 0
+	}
+	pk = ns "/" nm
+	pid = sprintf("%.0f . %.0f", strhash(pk, 31), strhash(pk, 65599))
+	etp = a[4] == "1"; aff = a[5] == "1"; tmo = a[6]; hl = a[7] == "1"
+	if (aff) {
+		if (tmo == "0" || tmo == "") tmo = 10800
+		else if (!num(tmo, 1, 86400)) { if (loud) warn(shown(pk) ": session affinity timeout " shown(tmo) " is not 1..86400; using 10800"); tmo = 10800 }
+	}
+	h = fold(fold(fold(7, etp), aff), aff ? tmo + 0 : 0)
+	i = 8
+	# address lists: C4 C6 X4 X6
+	for (c = 1; c <= 4; c++) {
+		cnt = a[i]; if (cnt !~ /^[0-9]+$/) return bad_rec(loud)
+		f = (c % 2) ? 4 : 6
+		nl = 0; delete seen
+		for (j = 1; j <= cnt; j++) {
+			x = addr(f, a[i + j])
+			if (x == "") { if (loud) warn(shown(pk) ": skipping " (c <= 2 ? "cluster" : "external") " IP " shown(a[i + j]) ": not a literal IPv" f " address"); continue }
+			if (x in seen) continue
+			seen[x] = 1
+			L[c, ++nl] = x
+		}
+		LN[c] = nl
+		i += cnt + 1
+	}
+	np = a[i]; if (np !~ /^[0-9]+$/) return bad_rec(loud)
+	pi = i + 1
+	i += 5 * np + 1
+	ne = a[i]; if (ne !~ /^[0-9]+$/) return bad_rec(loud)
+	# endpoints: E4[e], E6[e], EI[e], EX[e], overrides
+	j = i + 1
+	for (e = 1; e <= ne; e++) {
+		E4[e] = a[j] == "" ? "" : addr(4, a[j])
+		E6[e] = a[j + 1] == "" ? "" : addr(6, a[j + 1])
+		if (loud && a[j] != "" && E4[e] == "") warn(shown(pk) ": skipping endpoint address " shown(a[j]) ": not a literal IPv4 address")
+		if (loud && a[j + 1] != "" && E6[e] == "") warn(shown(pk) ": skipping endpoint address " shown(a[j + 1]) ": not a literal IPv6 address")
+		EI[e] = a[j + 2] == "1"; EX[e] = a[j + 3] == "1"
+		o = a[j + 4]; if (o !~ /^[0-9]+$/) return bad_rec(loud)
+		OS[e] = j + 5; ON[e] = o
+		j += 5 + 2 * o
+	}
+	delete pseen
+	for (pj = 0; pj < np; pj++) {
+		pname = a[pi + 5 * pj]; proto = a[pi + 5 * pj + 1]; port = a[pi + 5 * pj + 2]
+		nport = a[pi + 5 * pj + 3]; tport = a[pi + 5 * pj + 4]
+		if (!(proto in PR)) { if (loud) warn(shown(pk) ": skipping port " shown(port) ": protocol " shown(proto) " is not TCP, UDP or SCTP"); continue }
+		if (!num(port, 1, 65535)) { if (loud) warn(shown(pk) ": skipping port " shown(port) ": not a port number"); continue }
+		if (nport != "0" && !num(nport, 1, 65535)) { if (loud) warn(shown(pk) ": ignoring NodePort " shown(nport) ": not a port number"); nport = 0 }
+		if (tport != "0" && !num(tport, 1, 65535)) { if (loud) warn(shown(pk) ": ignoring target port " shown(tport) ": not a port number"); tport = 0 }
+		if ((proto, port) in pseen) { if (loud) warn(shown(pk) ": skipping port " port "/" PR[proto] ": listed twice"); continue }
+		pseen[proto, port] = 1
+		port += 0; nport += 0; tport += 0
+		pn = PR[proto] port
+		h = fold(fold(fold(h, proto), port), nport)
+		for (f = 4; f <= 6; f += 2) {
+			# endpoints of this family, with their target port
+			ni = nx = 0
+			for (e = 1; e <= ne; e++) {
+				ep = f == 4 ? E4[e] : E6[e]
+				if (ep == "") continue
+				tp = tport ? tport : port
+				for (o = 0; o < ON[e]; o++) if (a[OS[e] + 2 * o] == pname) {
+					if (num(a[OS[e] + 2 * o + 1], 1, 65535)) tp = a[OS[e] + 2 * o + 1] + 0
+					else if (loud) warn(shown(pk) ": ignoring port override " shown(a[OS[e] + 2 * o + 1]) ": not a port number")
+					break
+				}
+				if (EI[e]) { eint[++ni] = ep; tint[ni] = tp }
+				if (EX[e]) { eext[++nx] = ep; text[nx] = tp }
+				h = fold(fold(fold(fold(h, ipnum(ep)), tp), EI[e]), EX[e])
+			}
+			# destinations: cluster IPs (internal endpoints), external IPs and the NodePort (external endpoints)
+			for (sc = 1; sc <= 2; sc++) {
+				c = sc == 1 ? (f == 4 ? 1 : 2) : (f == 4 ? 3 : 4)
+				if (sc == 1 && hl) continue
+				nd = LN[c] + (sc == 2 && nport ? 1 : 0)
+				if (!nd) continue
+				n = sc == 1 ? ni : nx
+				list = ""
+				for (e = 1; e <= n; e++) list = list (e > 1 ? "|" : "") (sc == 1 ? ep_of(f, eint[e], tint[e]) : ep_of(f, eext[e], text[e]))
+				verd = ""
+				if (n && aff) verd = "goto " affinity(f, sc, pk, PR[proto], pn, n, sc == 1 ? "c" : "x", sc == 2 && !etp, tmo, eint, tint, eext, text)
+				for (k = 1; k <= nd; k++) {
+					nc++
+					cf[nc] = f
+					h = fold(h, sc * 3 + f)
+					if (k <= LN[c]) {
+						x = L[c, k]
+						ck[nc] = "d"; ckey[nc] = x " . " PR[proto] " . " port
+						cmap[nc] = (n ? "svc" : "noep") f
+						cverd[nc] = n ? (verd != "" ? verd : "goto " (sc == 2 && !etp ? "x" : "p") f "_" n) : "goto reject_new"
+						if (n && !aff) { pneed[f, sc == 2 && !etp ? "x" : "p", n] = 1; pneed[f, "p", n] = 1 }
+						cudp[nc] = proto == 2 ? x " " port : ""
+						h = fold(h, ipnum(x))
+					} else {
+						ck[nc] = "n"; ckey[nc] = PR[proto] " . " nport
+						cmap[nc] = (n ? "np" : "noepnp") f
+						cverd[nc] = n ? (verd != "" ? verd : "goto " (!etp ? "m" : "n") f "_" n) : "goto reject_new"
+						if (n && !aff) { pneed[f, !etp ? "m" : "n", n] = 1; pneed[f, "n", n] = 1 }
+						cudp[nc] = proto == 2 ? (f == 4 ? "0.0.0.0" : "::") " " nport : ""
+						h = fold(h, nport)
+					}
+					ceps[nc] = (aff ? "" : list)
+					cepsu[nc] = list
+				}
+			}
+		}
+	}
+	phash = sprintf("%.0f", h)
+	return 1
+}
+function bad_rec(loud) { if (loud) warn(shown(pk) ": skipping a Service line of an unexpected shape"); pk = ""; return 0 }
+function ep_of(f, ep, tp) { return ep " . " tp }
+
+# Affinity: per Service port, family and scope, a chain that sends a client
+# seen within the timeout to its endpoint (a dynamic set per endpoint), else
+# picks one (numgen, uniformly, via a chain per endpoint that records it).
+function affinity(f, sc, pk, pr, pn, n, s, masq, tmo, eint, tint, eext, text,   base, i, ep, tp, sa, da, body) {
+	base = f s "-" pk "-" pn
+	sa = f == 4 ? "ip saddr" : "ip6 saddr"
+	da = f == 4 ? "ip" : "ip6"
+	body = masq ? "\t\tmeta mark set meta mark | 0x00004000\n" : ""
+	for (i = 1; i <= n; i++) {
+		ep = sc == 1 ? eint[i] : eext[i]; tp = sc == 1 ? tint[i] : text[i]
+		aobj[++na] = "set\ta" base "-" i "\t{ type ipv" f "_addr; flags dynamic,timeout; timeout " tmo "s; }"
+		aobj[++na] = "chain\te" base "-" i "\t\t\tupdate @a" base "-" i " { " sa " }\n\t\tmeta l4proto " pr " dnat " da " to " (f == 4 ? ep : "[" ep "]") ":" tp
+		body = body "\t\t" sa " @a" base "-" i " meta l4proto " pr " dnat " da " to " (f == 4 ? ep : "[" ep "]") ":" tp "\n"
+	}
+	for (i = 1; i < n; i++) body = body "\t\tnumgen random mod " (n - i + 1) " == 0 goto e" base "-" i "\n"
+	body = body "\t\tgoto e" base "-" n
+	aobj[++na] = "chain\ta" base "\t" body
+	return "a" base
+}
+
+# ---- full state: the whole table, rebuilt in one transaction ----
+function full_service(line,   i, f, key, m, e, n, eps, u, w) {
+	if (!plan(line, 1)) return
+	if (pk in fseen) { warn(shown(pk) ": skipping a second line for this Service"); return }
+	fseen[pk] = 1
+	IDS[++nids] = pid
+	GEN[nids] = pid " . " phash
+	for (i = 1; i <= na; i++) AOBJ[++naobj] = aobj[i]
+	for (i = 1; i <= nc; i++) {
+		f = cf[i]; key = ck[i] f " " ckey[i]
+		if (key in owner) {
+			if (owner[key] != pk) {
+				warn(shown(pk) ": skipping " (ck[i] == "d" ? "destination " : "NodePort ") ckey[i] ": already used by " shown(owner[key]))
+				if (!(key in dupd)) { dupd[key] = 1; add_el((ck[i] == "d" ? "dups" : "dupsnp") f, ckey[i]) }
+			}
+			continue
+		}
+		owner[key] = pk
+		add_el(cmap[i], ckey[i] " : " cverd[i])
+		m = (ck[i] == "d" ? "ep" : "epnp") f
+		if (ceps[i] != "") {
+			n = split(ceps[i], eps, "|")
+			for (e = 1; e <= n; e++) add_el(m, ckey[i] " . " (e - 1) " : " eps[e])
+		}
+		udp_new(f, cudp[i], cepsu[i])
+	}
+	for (i = 1; i <= nc; i++) if (cepsu[i] != "") {
+		n = split(cepsu[i], eps, "|")
+		for (e = 1; e <= n; e++) { split(eps[e], w, " "); u = cf[i] " " w[1]; if (!(u in hpseen)) { hpseen[u] = 1; add_el("hairpin" cf[i], w[1] " . " w[1]) } }
+	}
+}
+function add_el(m, el) { ELV[m, ++ELN[m]] = el }
+# the UDP record (set udpF: DEST . PORT . ENDPOINT, ENDPOINT 0.0.0.0 / :: for none)
+function udp_new(f, du, list,   d, n, eps, e, w, z) {
+	if (du == "") return
+	split(du, d, " ")
+	z = f == 4 ? "0.0.0.0" : "::"
+	if (list == "") { add_el("udp" f, d[1] " . " d[2] " . " z); NEWU[f, d[1], d[2], z] = 1; NEWD[f, d[1], d[2]] = 1; return }
+	n = split(list, eps, "|")
+	for (e = 1; e <= n; e++) { split(eps[e], w, " "); if (!((f, d[1], d[2], w[1]) in NEWU)) { NEWU[f, d[1], d[2], w[1]] = 1; add_el("udp" f, d[1] " . " d[2] " . " w[1]) }; NEWR[f, d[1], d[2]] = 1 }
+}
+function read_old_udp(   l, t, f, n, parts, i, p, x, y) {
+	if (oldudp == "") return
+	f = 0; t = ""
+	while ((getline l < oldudp) > 0) {
+		if (l ~ /set udp4 /) f = 4
+		else if (l ~ /set udp6 /) f = 6
+		if (index(l, "elements = {")) { t = substr(l, index(l, "{") + 1); inel = 1 }
+		else if (inel) t = t l
+		if (inel && index(l, "}")) {
+			inel = 0
+			sub(/}.*/, "", t)
+			n = split(t, parts, ",")
+			for (i = 1; i <= n; i++) {
+				gsub(/[ \t]+/, " ", parts[i]); sub(/^ /, "", parts[i]); sub(/ $/, "", parts[i])
+				if (split(parts[i], p, " \\. ") != 3) continue
+				x = addr(f, p[1]); y = addr(f, p[3])
+				if (x == "" || y == "" || !num(p[2], 1, 65535)) continue
+				OLDU[f, x, p[2], y] = 1
+			}
+			t = ""
+		}
+	}
+	close(oldudp)
+}
+function ct_out(f, d, port, ep) {
+	if (d == "0.0.0.0" || d == "::") d = "any"
+	print f " " d " " port " " ep > ctfile
+}
+function full_ct(   k, p, z) {
+	for (k in OLDU) {
+		split(k, p, SUBSEP)
+		z = p[1] == 4 ? "0.0.0.0" : "::"
+		if (p[4] == z) { if ((p[1], p[2], p[3]) in NEWR) ct_out(p[1], p[2], p[3], "-") }
+		else if (!((p[1], p[2], p[3], p[4]) in NEWU)) ct_out(p[1], p[2], p[3], p[4])
+	}
+}
+function decl(m, type,   s, i) {
+	s = "\t" (m ~ /^(svc|noep|np|noepnp|ep|epnp)/ ? "map " : "set ") m " {\n\t\t" type "\n"
+	if (ELN[m]) {
+		printf "%s\t\telements = {\n", s > script
+		for (i = 1; i < ELN[m]; i++) printf "\t\t\t%s,\n", ELV[m, i] > script
+		printf "\t\t\t%s\n\t\t}\n", ELV[m, ELN[m]] > script
+		s = ""
+	}
+	return s "\t}"
+}
+function full_end(   i, f, k, p, out, nm, body, t) {
+	out = script
+	print "table " T " {}" > out
+	print "delete table " T > out
+	print "table " T " {" > out
+	for (i = 1; i <= nids; i++) { add_el("ids", IDS[i]); add_el("gen", GEN[i]) }
+	print decl("ids", "type mark . mark") > out
+	print decl("gen", "type mark . mark . mark") > out
+	for (f = 4; f <= 6; f += 2) {
+		print decl("dups" f, "type ipv" f "_addr . inet_proto . inet_service") > out
+		print decl("dupsnp" f, "type inet_proto . inet_service") > out
+		print decl("svc" f, "type ipv" f "_addr . inet_proto . inet_service : verdict") > out
+		print decl("noep" f, "type ipv" f "_addr . inet_proto . inet_service : verdict") > out
+		print decl("np" f, "type inet_proto . inet_service : verdict") > out
+		print decl("noepnp" f, "type inet_proto . inet_service : verdict") > out
+		print decl("ep" f, "typeof " (f == 4 ? "ip" : "ip6") " daddr . meta l4proto . th dport . numgen random mod 2 : " (f == 4 ? "ip" : "ip6") " daddr . th dport") > out
+		print decl("epnp" f, "typeof meta l4proto . th dport . numgen random mod 2 : " (f == 4 ? "ip" : "ip6") " daddr . th dport") > out
+		print decl("hairpin" f, "type ipv" f "_addr . ipv" f "_addr") > out
+		print decl("udp" f, "type ipv" f "_addr . inet_service . ipv" f "_addr") > out
+	}
+	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 4) == "set\t") { split(AOBJ[i], p, "\t"); print "\tset " p[2] " " p[3] > out }
+	# the shared chains for 1..PRE endpoints always (a change set cannot add
+	# rules that use epF once it holds elements: nft 1.0.6 fails to evaluate
+	# them), and any larger N the state needs
+	for (f = 4; f <= 6; f += 2) for (i = 1; i <= PRE; i++) { pneed[f, "p", i] = 1; pneed[f, "n", i] = 1; pneed[f, "x", i] = 1; pneed[f, "m", i] = 1 }
+	for (k in pneed) { split(k, p, SUBSEP); print pchain(p[1], p[2], p[3], "full") > out }
+	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 6) == "chain\t") {
+		split(AOBJ[i], p, "\t"); nm = p[2]; body = substr(AOBJ[i], length(nm) + 8)
+		print "\tchain " nm " {\n" body "\n\t}" > out
+	}
+	print fixed_chains() > out
+	print "}" > out
+	close(out)
+	full_ct()
+	close(ctfile)
+	if (!dry) warn("full state: " nids " Services planned")
+}
+# The chains shared by all Services with N endpoints (no per-Service chain:
+# the endpoints are elements of epF / epnpF, keyed by destination and index).
+function pchain(f, k, n, how,   name, ip, r, pr, lk, m) {
+	name = k f "_" n
+	ip = f == 4 ? "ip" : "ip6"
+	if (k == "x" || k == "m") r = "\t\tmeta mark set meta mark | 0x00004000\n\t\tgoto " (k == "x" ? "p" : "n") f "_" n
+	else {
+		lk = k == "p" ? ip " daddr . meta l4proto . th dport" : "meta l4proto . th dport"
+		m = k == "p" ? "ep" f : "epnp" f
+		r = ""
+		for (pr = 1; pr <= 3; pr++) r = r (pr > 1 ? "\n" : "") "\t\tmeta l4proto " PR[pr] " dnat " ip " addr . port to " lk " . numgen random mod " n " map @" m
+	}
+	if (how == "full") return "\tchain " name " {\n" r "\n\t}"
+	gsub(/\t\t/, "add rule " T " " name " ", r)
+	return "add chain " T " " name "\nflush chain " T " " name "\n" r
+}
+function fixed_chains() {
+	return "\tchain reject_new {\n\t\tmeta l4proto tcp reject with tcp reset\n\t\treject with icmpx port-unreachable\n\t}\n" \
+	"\tchain noep {\n\t\tip daddr . meta l4proto . th dport vmap @noep4\n\t\tip6 daddr . meta l4proto . th dport vmap @noep6\n" \
+	"\t\tfib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @noepnp4\n" \
+	"\t\tfib daddr type local ip6 daddr != ::1 meta l4proto . th dport vmap @noepnp6\n\t}\n" \
+	"\tchain filter_input {\n\t\ttype filter hook input priority -110; policy accept;\n\t\tct state new jump noep\n\t}\n" \
+	"\tchain filter_forward {\n\t\ttype filter hook forward priority -110; policy accept;\n\t\tct state new jump noep\n\t}\n" \
+	"\tchain filter_output {\n\t\ttype filter hook output priority -110; policy accept;\n\t\tct state new jump noep\n\t}\n" \
+	"\tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @svc4\n\t\tip6 daddr . meta l4proto . th dport vmap @svc6\n" \
+	"\t\tfib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np4\n" \
+	"\t\tfib daddr type local ip6 daddr != ::1 meta l4proto . th dport vmap @np6\n\t}\n" \
+	"\tchain nat_prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tjump services\n\t}\n" \
+	"\tchain nat_output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n" \
+	"\tchain nat_postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n" \
+	"\t\tmeta mark & 0x00004000 == 0x00004000 meta mark set meta mark ^ 0x00004000 masquerade fully-random\n" \
+	"\t\tct status dnat ip saddr . ip daddr @hairpin4 masquerade\n\t\tct status dnat ip6 saddr . ip6 daddr @hairpin6 masquerade\n\t}"
+}
+
+# ---- change set: only the changed Services, guarded ----
+function app(A, k, v) { if (k in A) A[k] = A[k] ", " v; else A[k] = v }
+function changes(   i, n, a, k, t, last, s, c, e, eps, f, m, w, p, z, du, d, keyf, op, np_, kk) {
+	ncmd = 0; nd0 = 0
+	last = ""
+	for (i = 1; i <= nrec; i++) {
+		split(rec[i], a, "\t")
+		t = a[1]; k = a[2] "/" a[3]
+		if (t == "S" && i > 1 && PT[i - 1] == "P" && PK[i - 1] == k) { PT[i] = t; PK[i] = k; continue }
+		if (k in KSEEN) { warn("change set lines repeated or out of order; nothing changed"); exit 1 }
+		KSEEN[k] = 1; PT[i] = t; PK[i] = k
+	}
+	# first everything that goes (Previous lines), then what comes
+	for (op = 1; op <= 2; op++) for (i = 1; i <= nrec; i++) {
+		if ((op == 1) != (PT[i] == "P")) continue
+		delete pneed
+		if (!plan(rec[i], op == 2)) continue
+		if (op == 1) {
+			G1[++ng1] = "delete element " T " gen { " pid " . " phash " }"
+			if (!(i < nrec && PT[i + 1] == "S" && PK[i + 1] == PK[i])) G1[++ng1] = "delete element " T " ids { " pid " }"
+			PREV[pk] = 1
+		} else {
+			if (!(pk in PREV)) G1[++ng1] = "create element " T " ids { " pid " }"
+			G1[++ng1] = "add element " T " gen { " pid " . " phash " }"
+		}
+		for (c = 1; c <= nc; c++) {
+			f = cf[c]
+			if (op == 1) {
+				G1[++ng1] = "create element " T " " (ck[c] == "d" ? "dups" : "dupsnp") f " { " ckey[c] " }"
+				G1[++ng1] = "delete element " T " " (ck[c] == "d" ? "dups" : "dupsnp") f " { " ckey[c] " }"
+				app(DEL, cmap[c], ckey[c])
+			} else app(ADD, cmap[c], ckey[c] " : " cverd[c])
+			m = (ck[c] == "d" ? "ep" : "epnp") f
+			if (ceps[c] != "") {
+				n = split(ceps[c], eps, "|")
+				for (e = 1; e <= n; e++) {
+					if (op == 1) app(DEL, m, ckey[c] " . " (e - 1))
+					else app(ADD, m, ckey[c] " . " (e - 1) " : " eps[e])
+				}
+			}
+			if (cepsu[c] != "" && op == 2) {
+				n = split(cepsu[c], eps, "|")
+				for (e = 1; e <= n; e++) { split(eps[e], w, " "); if (!((f, w[1]) in HPA)) { HPA[f, w[1]] = 1; app(ADD, "hairpin" f, w[1] " . " w[1]) } }
+			}
+			if (cudp[c] != "") {
+				split(cudp[c], du, " ")
+				z = f == 4 ? "0.0.0.0" : "::"
+				n = cepsu[c] == "" ? 0 : split(cepsu[c], eps, "|")
+				if (!n) { eps[1] = z " x"; n = 1 }
+				for (e = 1; e <= n; e++) {
+					split(eps[e], w, " ")
+					kk = f SUBSEP du[1] SUBSEP du[2] SUBSEP w[1]
+					if (op == 1) { if (!(kk in CU1)) { CU1[kk] = 1; app(DEL, "udp" f, du[1] " . " du[2] " . " w[1]) } }
+					else {
+						if (!(kk in CU2)) { CU2[kk] = 1; app(ADD, "udp" f, du[1] " . " du[2] " . " w[1]) }
+						if (w[1] != z) NEWR[f, du[1], du[2]] = 1
+					}
+				}
+			}
+		}
+		for (c = 1; c <= na; c++) {
+			split(aobj[c], p, "\t")
+			if (op == 1) { if (p[1] == "set") DS[++nds] = "delete set " T " " p[2]; else if (substr(p[2], 1, 1) == "a") DCa[++ndca] = "delete chain " T " " p[2]; else DCe[++ndce] = "delete chain " T " " p[2] }
+			else if (p[1] == "set") AS[++nas] = "add set " T " " p[2] " " p[3]
+			else { AC[++nac] = "add chain " T " " p[2]; n = split(substr(aobj[c], length(p[2]) + 8), w, "\n"); for (e = 1; e <= n; e++) { sub(/^\t+/, "", w[e]); AC[++nac] = "add rule " T " " p[2] " " w[e] } }
+		}
+		if (op == 2) for (k in pneed) { split(k, p, SUBSEP); if (!(k in PN) && p[3] + 0 > PRE) { PN[k] = 1; if (p[2] == "x") PN[p[1], "p", p[3]] = 0; if (p[2] == "m") PN[p[1], "n", p[3]] = 0 } }
+	}
+	if (!ng1) { if (!dry) warn("change set: nothing to do"); close(ctfile); return }
+	out = script
+	for (i = 1; i <= ng1; i++) print G1[i] > out
+	for (m in DEL) print "delete element " T " " m " { " DEL[m] " }" > out
+	for (i = 1; i <= ndca; i++) print DCa[i] > out
+	for (i = 1; i <= ndce; i++) print DCe[i] > out
+	for (i = 1; i <= nds; i++) print DS[i] > out
+	# shared chains first the plain ones (the marking ones jump to them)
+	for (k in PN) { split(k, p, SUBSEP); if (p[2] == "p" || p[2] == "n") print pchain(p[1], p[2], p[3], "add") > out }
+	for (k in PN) { split(k, p, SUBSEP); if (p[2] == "x" || p[2] == "m") print pchain(p[1], p[2], p[3], "add") > out }
+	for (i = 1; i <= nas; i++) print AS[i] > out
+	for (i = 1; i <= nac; i++) print AC[i] > out
+	for (m in ADD) {
+		if (m ~ /^(svc|noep|np|noepnp)/) print "create element " T " " m " { " ADD[m] " }" > out
+		else print "add element " T " " m " { " ADD[m] " }" > out
+	}
+	close(out)
+	# conntrack: endpoints that went, destinations that had none and now have some
+	for (kk in CU1) {
+		split(kk, p, SUBSEP)
+		z = p[1] == 4 ? "0.0.0.0" : "::"
+		if (p[4] == z) { if ((p[1], p[2], p[3]) in NEWR) ct_out(p[1], p[2], p[3], "-") }
+		else if (!(kk in CU2)) ct_out(p[1], p[2], p[3], p[4])
+	}
+	close(ctfile)
+	if (!dry) warn("change set: " nrec " line(s) applied")
+}

@@ -1,0 +1,353 @@
+/**
+ * callouts/userspace-proxy without root and without traffic: its checks of
+ * the state (literal IPs, ports, protocols), the listeners a state asks for
+ * (scopes, target ports, NodePorts, an address claimed twice), frames (full,
+ * change sets, and the ones it refuses), the endpoint chooser (round robin,
+ * affinity), and the program itself: persistent only, its options, acks on
+ * fd 3 under the runner, and a copy outside this package (no "type":"module"
+ * there) that still runs. States here ask for no listener (no address to bind
+ * in the test's own network): test/e2e/callouts/userspace-proxy.test.ts sends
+ * real traffic, in network namespaces.
+ */
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { pathToFileURL } from 'node:url';
+import { runBin } from '../helpers/bin-process.js';
+import { tempDir } from '../helpers/files.js';
+import { repoPath } from '../helpers/fixtures.js';
+import { within, WAIT_MS } from '../helpers/wait.js';
+
+interface Port {
+  name: string;
+  proto: string;
+  port: number;
+  nodePort: number;
+  targetPort: number;
+}
+interface Service {
+  key: string;
+  label: string;
+  ports: Port[];
+  ips: { internal: Record<4 | 6, string[]>; external: Record<4 | 6, string[]> };
+  endpoints: Array<{ ip: { 4?: string; 6?: string }; internal: boolean; external: boolean; overrides: Map<string, number> }>;
+  affinityMs: number;
+}
+interface Planned {
+  key: string;
+  proto: string;
+  family: 4 | 6;
+  host: string;
+  port: number;
+  nodePort: boolean;
+  label: string;
+  backend: { key: string; endpoints: Array<{ ip: string; port: number; id: string }>; affinityMs: number };
+}
+interface BackendT {
+  update(plan: Planned['backend']): void;
+  pick(clientIp: string, tried: Set<string>, now: number): { ip: string; port: number; id: string } | undefined;
+}
+interface Lib {
+  isIPv4Literal(s: unknown): boolean;
+  isIPv6Literal(s: unknown): boolean;
+  readService(line: unknown, why?: (msg: string) => void): Service | undefined;
+  planListeners(services: Service[], why?: (msg: string) => void): Map<string, Planned>;
+  readOptions(env: NodeJS.ProcessEnv): Record<string, unknown>;
+  ServiceTable: new (why?: (msg: string) => void) => { apply(header: string, lines: string[]): { ok: boolean; why?: string }; ordered(): Service[]; based: boolean };
+  FrameReader: new (onFrame: (header: string, lines: string[]) => void) => { push(text: string): void; end(): boolean };
+  Backend: new (key: string) => BackendT;
+  DEFAULTS: Record<string, number>;
+}
+
+const libPath = repoPath('callouts/lib/userspace-proxy.mjs');
+const lib = (await import(pathToFileURL(libPath).href)) as Lib;
+
+/** A state line (as kpng prints it) of Service default/NAME. */
+function line(name: string, svc: Record<string, unknown>, endpoints: unknown[] | null = null): string {
+  return JSON.stringify({ Service: { Namespace: 'default', Name: name, Type: 'ClusterIP', ...svc }, Endpoints: endpoints });
+}
+const ep = (v4: string | undefined, v6: string | undefined, extra: Record<string, unknown> = {}) => ({
+  IPs: { ...(v4 ? { V4: [v4] } : {}), ...(v6 ? { V6: [v6] } : {}) },
+  ...extra,
+});
+
+t.test('literal addresses only', async (t) => {
+  for (const ok of ['192.0.2.1', '10.0.0.0', '223.255.0.1', '1.2.3.4']) t.ok(lib.isIPv4Literal(ok), ok);
+  for (const bad of ['0.0.0.0', '01.2.3.4', '1.2.3', '1.2.3.4.5', '256.1.1.1', '224.0.0.1', '240.0.0.1', '255.255.255.255', ' 1.2.3.4', '1.2.3.4\n', '1.2.3.4/32', '', 7, null, ['1.2.3.4']]) {
+    t.notOk(lib.isIPv4Literal(bad), JSON.stringify(bad));
+  }
+  for (const ok of ['2001:db8::1', '::1', '2001:db8:0:0:0:0:0:1', '64:ff9b::192.0.2.1', 'FE80::1']) t.ok(lib.isIPv6Literal(ok), ok);
+  for (const bad of ['::', '0:0:0:0:0:0:0:0', 'fe80::1%eth0', '2001:db8::1/64', '[2001:db8::1]', 'ff02::1', '::ffff:192.0.2.1', '::ffff:c000:201', '2001:db8::1 ', '2001:db8::01.2.3.4', 'x', '', 1]) {
+    t.notOk(lib.isIPv6Literal(bad), JSON.stringify(bad));
+  }
+});
+
+t.test('readService: what is kept, what is logged and skipped', async (t) => {
+  const why: string[] = [];
+  const svc = lib.readService(
+    JSON.parse(
+      line(
+        'web',
+        {
+          IPs: { ClusterIPs: { V4: ['192.0.2.10', '192.0.2.999'], V6: ['2001:db8::10'] }, ExternalIPs: { V4: ['$(id)', '192.0.2.20'], V6: ['192.0.2.21'] }, LoadBalancerIPs: { V4: ['192.0.2.30'] } },
+          Ports: [
+            { Name: 'http', Protocol: 1, Port: 80, NodePort: 30080, TargetPort: 8080 },
+            { Name: 'dns', Protocol: 2, Port: 53, TargetPortName: 'dns' },
+            { Name: 'sctp', Protocol: 3, Port: 9 },
+            { Name: 'none', Port: 10 },
+            { Name: 'big', Protocol: 1, Port: 65536 },
+            { Name: 'str', Protocol: 1, Port: '80' },
+            { Name: 'dup', Protocol: 1, Port: 80 },
+            { Name: 'badnp', Protocol: 2, Port: 54, NodePort: -1, TargetPort: 1e9 },
+          ],
+          SessionAffinity: { ClientIP: {} },
+        },
+        [ep('198.51.100.2', undefined, { PortOverrides: [{ Name: 'http', Port: 9090 }, { Name: 'dns', Port: 0 }], Scopes: { Internal: true } }), ep('bad', '2001:db8:1::2'), ep(undefined, undefined), 'junk'],
+      ),
+    ),
+    (m: string) => why.push(m),
+  );
+  t.ok(svc);
+  t.equal(svc!.label, '"default/web"');
+  t.same(svc!.ips, { internal: { 4: ['192.0.2.10'], 6: ['2001:db8::10'] }, external: { 4: ['192.0.2.20', '192.0.2.30'], 6: [] } });
+  t.same(
+    svc!.ports.map((p) => [p.name, p.proto, p.port, p.nodePort, p.targetPort]),
+    [
+      ['http', 'tcp', 80, 30080, 8080],
+      ['dns', 'udp', 53, 0, 0],
+      ['badnp', 'udp', 54, 0, 0],
+    ],
+  );
+  t.equal(svc!.affinityMs, 10_800_000, 'ClientIP affinity with no TimeoutSeconds: 10800 s');
+  t.same(
+    svc!.endpoints.map((e) => [e.ip, e.internal, e.external, [...e.overrides]]),
+    [
+      [{ 4: '198.51.100.2' }, true, false, [['http', 9090], ['dns', 0]]],
+      [{ 6: '2001:db8:1::2' }, true, true, []],
+    ],
+  );
+  const text = why.join('\n');
+  for (const m of [
+    /ClusterIP "192\.0\.2\.999" is not a usable literal IPv4/,
+    /ExternalIP "\$\(id\)" is not a usable literal IPv4/,
+    /ExternalIP "192\.0\.2\.21" is not a usable literal IPv6/,
+    /port "sctp": SCTP is not proxied/,
+    /port "none": protocol "0" is not TCP, UDP or SCTP/,
+    /port "big": "65536" is not a port/,
+    /port "str": "80" is not a port/,
+    /port "dup": 80\/tcp is listed twice/,
+    /port "badnp": NodePort "-1" is not a port/,
+    /port "badnp": TargetPort "1000000000" is not a port/,
+    /endpoint address "bad" is not a usable literal/,
+    /port "dns" is "0", not a port/,
+  ]) {
+    t.match(text, m);
+  }
+  t.equal(lib.readService({ Service: { Namespace: 'x' } }, () => {}), undefined, 'no name: no Service');
+  t.equal(lib.readService([1], () => {}), undefined);
+});
+
+t.test('planListeners: addresses, NodePorts, scopes, target ports, one owner per address', async (t) => {
+  const why: string[] = [];
+  const svcs = [
+    line(
+      'a',
+      {
+        IPs: { ClusterIPs: { V4: ['192.0.2.10'], V6: ['2001:db8::10'] }, ExternalIPs: { V4: ['192.0.2.20'] } },
+        Ports: [
+          { Name: 'http', Protocol: 1, Port: 80, NodePort: 30080, TargetPort: 8080 },
+          { Protocol: 2, Port: 53 },
+        ],
+      },
+      [
+        ep('198.51.100.2', '2001:db8:1::2', { PortOverrides: [{ Name: 'http', Port: 9090 }], Scopes: { Internal: true, External: true } }),
+        ep('198.51.100.3', undefined, { Scopes: { Internal: true } }),
+        ep('198.51.100.4', undefined, { PortOverrides: [{ Port: 5353 }] }),
+        ep('198.51.100.2', undefined, { PortOverrides: [{ Name: 'http', Port: 9090 }] }),
+      ],
+    ),
+    line('b', { IPs: { ExternalIPs: { V4: ['192.0.2.10'] } }, Ports: [{ Protocol: 1, Port: 80 }, { Protocol: 1, Port: 81 }] }),
+  ].map((l) => lib.readService(JSON.parse(l))!);
+  const plan = lib.planListeners(svcs, (m) => why.push(m));
+  t.same([...plan.keys()].sort(), [
+    'tcp 0.0.0.0 30080',
+    'tcp 192.0.2.10 80',
+    'tcp 192.0.2.10 81',
+    'tcp 192.0.2.20 80',
+    'tcp 2001:db8::10 80',
+    'tcp :: 30080',
+    'udp 192.0.2.10 53',
+    'udp 192.0.2.20 53',
+    'udp 2001:db8::10 53',
+  ]);
+  const eps = (k: string) => plan.get(k)!.backend.endpoints.map((e) => e.id);
+  t.same(eps('tcp 192.0.2.10 80'), ['198.51.100.2 9090', '198.51.100.3 8080', '198.51.100.4 8080'], 'ClusterIP: Internal endpoints, override by name, else TargetPort; each once');
+  t.same(eps('tcp 192.0.2.20 80'), ['198.51.100.2 9090', '198.51.100.4 8080'], 'ExternalIP: External endpoints (no Scopes counts as both)');
+  t.same(eps('tcp 0.0.0.0 30080'), eps('tcp 192.0.2.20 80'), 'NodePort: External too');
+  t.same(eps('tcp 2001:db8::10 80'), ['2001:db8:1::2 9090'], 'IPv6: the IPv6 endpoints');
+  t.same(eps('tcp :: 30080'), ['2001:db8:1::2 9090']);
+  t.same(eps('udp 192.0.2.10 53'), ['198.51.100.2 53', '198.51.100.3 53', '198.51.100.4 5353'], 'an unnamed port: the unnamed override, else Port');
+  t.equal(plan.get('tcp 0.0.0.0 30080')!.nodePort, true);
+  t.equal(plan.get('tcp 192.0.2.10 80')!.label, '"default/a" port 80/tcp ("http")', 'the first Service keeps 192.0.2.10:80');
+  t.equal(plan.get('tcp 192.0.2.10 81')!.label, '"default/b" port 81/tcp', 'the second gets what is free');
+  t.match(why.join('\n'), /192\.0\.2\.10:80\/tcp is claimed by "default\/a" port 80\/tcp \("http"\) already: not for "default\/b" port 80\/tcp/);
+});
+
+t.test('ServiceTable: full frames, change sets, and the frames it refuses', async (t) => {
+  const a1 = line('a', { Ports: [{ Protocol: 1, Port: 80 }] });
+  const a2 = line('a', { Ports: [{ Protocol: 1, Port: 81 }] });
+  const b1 = line('b', { Ports: [{ Protocol: 1, Port: 82 }] });
+  const c1 = line('c', { Ports: [{ Protocol: 1, Port: 83 }] });
+  const full = '{"Frame":{"Seq":1,"Input":"full"}}';
+  const changes = '{"Frame":{"Seq":2,"Input":"changes"}}';
+  const names = (tb: InstanceType<Lib['ServiceTable']>) => tb.ordered().map((s) => `${s.label}:${s.ports.map((p) => p.port).join()}`);
+  const tb = new lib.ServiceTable();
+  t.same(tb.apply(changes, [a1]), { ok: false, why: 'a change set with no full state applied before it (waiting for a full frame)' });
+  t.same(tb.apply(full, [b1, a1]), { ok: true });
+  t.same(names(tb), ['"default/a":80', '"default/b":82'], 'kpng order, whatever the input order');
+  t.same(tb.apply(changes, [`{"Previous":${a1}}`, a2, c1, `{"Previous":${b1}}`]), { ok: true });
+  t.same(names(tb), ['"default/a":81', '"default/c":83'], 'modified, added, removed');
+  t.same(tb.apply(changes, []), { ok: true }, 'an empty change set');
+  t.same(names(tb), ['"default/a":81', '"default/c":83']);
+  t.match(tb.apply(changes, [`{"Previous":${a1}}`, a2]), { ok: false, why: /not the Service as last applied/ }, 'a Previous line that does not match');
+  t.equal(tb.based, false, 'then only a full frame is taken');
+  t.match(tb.apply(changes, [c1]), { ok: false, why: /no full state/ });
+  t.same(tb.apply(full, [a1]), { ok: true });
+  t.match(tb.apply(changes, [a1]), { ok: false, why: /added twice/ });
+  t.same(tb.apply(full, [a1]), { ok: true });
+  t.match(tb.apply(changes, ['{"Previous":{"Service":{"Name":"zz"}}}']), { ok: false, why: /not the Service as last applied/ }, 'a Previous line of an unknown Service');
+  t.same(tb.apply(full, [a1]), { ok: true });
+  t.match(tb.apply(changes, ['not json']), { ok: false, why: /line 1 of the frame is not JSON/ });
+  t.same(names(tb), ['"default/a":80'], 'a refused frame changes nothing');
+  t.match(tb.apply('garbage', []), { ok: false, why: /not a frame header/ });
+  t.match(tb.apply('{"Frame":{"Seq":1,"Input":"other"}}', []), { ok: false, why: /not a frame header/ });
+  const why: string[] = [];
+  const tw = new lib.ServiceTable((m) => why.push(m));
+  t.same(tw.apply(full, ['{"x":1}', a1, a1]), { ok: true }, 'a full frame skips what is no Service, and duplicates');
+  t.same(names(tw), ['"default/a":80']);
+  t.same(why, ['line 1: no Service (namespace and name): skipped', 'line 3: the same Service twice: the first one is used']);
+});
+
+t.test('FrameReader: frames across chunk boundaries, CRLF, stray empty lines, a cut frame', async (t) => {
+  const frames: Array<[string, string[]]> = [];
+  const r = new lib.FrameReader((h, ls) => frames.push([h, ls]));
+  const text = 'H1\nl1\nl2\n\nH2\r\n\r\nH3\nx';
+  for (const ch of text) r.push(ch);
+  t.same(frames, [
+    ['H1', ['l1', 'l2']],
+    ['H2', []],
+  ]);
+  t.equal(r.end(), true, 'the input ended inside a frame');
+  t.equal(new lib.FrameReader(() => {}).end(), false);
+});
+
+t.test('Backend: round robin, skipping endpoints tried, ClientIP affinity', async (t) => {
+  const eps = ['a', 'b', 'c'].map((x) => ({ ip: x, port: 1, id: `${x} 1` }));
+  const b = new lib.Backend('k');
+  b.update({ key: 'k', endpoints: eps, affinityMs: 0 });
+  const picks = Array.from({ length: 6 }, () => b.pick('ip', new Set(), 0)!.ip);
+  t.same(picks, ['a', 'b', 'c', 'a', 'b', 'c']);
+  t.equal(b.pick('ip', new Set(['a 1', 'b 1']), 0)!.ip, 'c', 'the endpoints tried are skipped');
+  t.equal(b.pick('ip', new Set(['a 1', 'b 1', 'c 1']), 0), undefined, 'none left');
+  b.update({ key: 'k', endpoints: eps, affinityMs: 1000 });
+  const first = b.pick('client', new Set(), 0)!.ip;
+  t.same(Array.from({ length: 5 }, (_, i) => b.pick('client', new Set(), 500 * i)!.ip), Array(5).fill(first), 'sticks while used within the timeout');
+  t.not(b.pick('other', new Set(), 2000)!.ip, first, 'another client takes the next one');
+  t.not(b.pick('client', new Set(), 5000)!.ip, undefined);
+  b.update({ key: 'k', endpoints: eps.filter((e) => e.ip !== first), affinityMs: 1000 });
+  t.not(b.pick('client', new Set(), 5100)!.ip, first, 'an endpoint gone: another one');
+  b.update({ key: 'k', endpoints: [], affinityMs: 0 });
+  t.equal(b.pick('client', new Set(), 0), undefined);
+});
+
+t.test('options: defaults, overrides, bad values refused', async (t) => {
+  const d = lib.DEFAULTS;
+  t.same(
+    lib.readOptions({}),
+    { maxConnections: d.maxConnections, udpIdleTimeoutMs: d.udpIdleTimeoutMs, connectTimeoutMs: d.connectTimeoutMs, connectAttempts: d.connectAttempts, bufferBytes: d.bufferBytes, logConnections: false },
+    'the defaults',
+  );
+  t.match(lib.readOptions({ USERSPACE_PROXY_MAX_CONNECTIONS: '5', USERSPACE_PROXY_UDP_IDLE_TIMEOUT_MS: '250', USERSPACE_PROXY_LOG: 'connections' }), { maxConnections: 5, udpIdleTimeoutMs: 250, logConnections: true });
+  t.throws(() => lib.readOptions({ USERSPACE_PROXY_MAX_CONNECTIONS: '0' }), /USERSPACE_PROXY_MAX_CONNECTIONS must be an integer from 1/);
+  t.throws(() => lib.readOptions({ USERSPACE_PROXY_UDP_IDLE_TIMEOUT_MS: '1e3' }), /USERSPACE_PROXY_UDP_IDLE_TIMEOUT_MS/);
+  t.throws(() => lib.readOptions({ USERSPACE_PROXY_LOG: 'all' }), /USERSPACE_PROXY_LOG must be "connections"/);
+});
+
+/** Node's environment for the program: no NODE_OPTIONS (tap's loaders cannot load an extensionless file). */
+const env = (extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv => ({ PATH: process.env.PATH, ...extra });
+
+/** Runs `file` as the runner does with --persistent: frames on stdin, acks read from fd 3. */
+function persistent(file: string, extraEnv: NodeJS.ProcessEnv = {}) {
+  const child = spawn(file, [], { stdio: ['pipe', 'pipe', 'pipe', 'pipe'], env: env({ KPNG_CALLOUT_MODE: 'persistent', ...extraEnv }) });
+  const acks: string[] = [];
+  let stderr = '';
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+  let wake: (() => void) | undefined;
+  createInterface(child.stdio[3] as NodeJS.ReadableStream).on('line', (l) => {
+    acks.push(l);
+    wake?.();
+  });
+  const exit = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+  return {
+    stderr: () => stderr,
+    async frame(text: string): Promise<string> {
+      const n = acks.length + 1;
+      child.stdin!.write(text);
+      await within(
+        new Promise<void>((resolve) => {
+          wake = () => acks.length >= n && resolve();
+          wake();
+        }),
+        () => `an ack; stderr: ${stderr}`,
+        WAIT_MS,
+      );
+      return acks[n - 1]!;
+    },
+    end(): Promise<number | null> {
+      child.stdin!.end();
+      return within(exit, () => `its exit; stderr: ${stderr}`, WAIT_MS);
+    },
+  };
+}
+
+/** A Service with nothing to listen on (no address, an SCTP port): frames need no network. */
+const quiet = line('quiet', { Ports: [{ Protocol: 3, Port: 9 }] });
+
+t.test('a persistent callout: acks each frame on fd 3, refuses bad ones, exits 0 at EOF', async (t) => {
+  const p = persistent(repoPath('callouts/userspace-proxy'));
+  t.equal(await p.frame(`{"Frame":{"Seq":1,"Input":"changes"}}\n${quiet}\n\n`), 'error a change set with no full state applied before it (waiting for a full frame)');
+  t.equal(await p.frame(`{"Frame":{"Seq":2,"Input":"full"}}\n${quiet}\n\n`), 'ok');
+  t.equal(await p.frame(`{"Frame":{"Seq":3,"Input":"changes"}}\n{"Previous":${quiet}}\n\n`), 'ok');
+  t.match(await p.frame(`{"Frame":{"Seq":4,"Input":"full"}}\n{oops\n\n`), /^error line 1 of the frame is not JSON/);
+  t.equal(await p.frame(`{"Frame":{"Seq":5,"Input":"full"}}\n\n`), 'ok', 'an empty state');
+  t.equal(await p.end(), 0);
+  t.match(p.stderr(), /userspace-proxy: started \(pid \d+/);
+  t.match(p.stderr(), /SCTP is not proxied/);
+  t.match(p.stderr(), /end of input: listeners closed, exiting/);
+});
+
+t.test('a copy outside this package (CommonJS there) runs the same', async (t) => {
+  const dir = tempDir(t, 'kpng-usp-copy-');
+  mkdirSync(join(dir, 'lib'));
+  copyFileSync(repoPath('callouts/userspace-proxy'), join(dir, 'userspace-proxy'));
+  copyFileSync(libPath, join(dir, 'lib/userspace-proxy.mjs'));
+  const p = persistent(join(dir, 'userspace-proxy'));
+  t.equal(await p.frame(`{"Frame":{"Seq":1,"Input":"full"}}\n${quiet}\n\n`), 'ok');
+  t.equal(await p.end(), 0);
+});
+
+t.test('persistent only: run per state, it exits 1 saying to use --persistent', async (t) => {
+  const dir = tempDir(t, 'kpng-usp-state-');
+  const state = join(dir, 'state.jsonl');
+  writeFileSync(state, quiet + '\n');
+  const per = runBin(t, 'kpng-callout', ['replay', '--once', state, '--callout', repoPath('callouts/userspace-proxy')]);
+  t.equal(await per.exited(), 1);
+  t.match(per.stderr.join('\n'), /a persistent callout: run it with `kpng-callout --persistent/);
+  const ok = runBin(t, 'kpng-callout', ['replay', '--once', '--persistent', '--changes', state, '--callout', repoPath('callouts/userspace-proxy')]);
+  t.equal(await ok.exited(), 0, 'under --persistent: frame 1 acknowledged ok');
+  const bad = runBin(t, 'kpng-callout', ['replay', '--once', '--persistent', state, '--callout', repoPath('callouts/userspace-proxy')], { env: { USERSPACE_PROXY_MAX_CONNECTIONS: 'lots' } });
+  t.equal(await bad.exited(), 1, 'a bad option: it exits 1 (the frame fails)');
+  t.match(bad.stderr.join('\n'), /USERSPACE_PROXY_MAX_CONNECTIONS must be an integer/);
+});

@@ -1,0 +1,546 @@
+/**
+ * A network for testing callouts/userspace-proxy with real traffic: four
+ * network namespaces (a client, the node, two pods) joined by veth links,
+ * documentation addresses only:
+ *
+ *   client 203.0.113.2 2001:db8:c::2 ── node 203.0.113.1 2001:db8:c::1
+ *   node 198.51.100.1   2001:db8:1::1 ── pod1 198.51.100.2   2001:db8:1::2
+ *   node 198.51.100.129 2001:db8:2::1 ── pod2 198.51.100.130 2001:db8:2::2
+ *   Service addresses 192.0.2.0/24 and 2001:db8:e::/64: routed by the client
+ *   to the node, where a local route (`ip route add local … dev lo`, and
+ *   net.ipv6.ip_nonlocal_bind=1 for IPv6) makes every one of them bindable.
+ *
+ * Each pod runs a Node server answering, on TCP and UDP ports 8080 and 9090
+ * (both families), `<pod>:<port>`: a TCP connection gets that line, then its
+ * own bytes echoed (half-close kept: the server ends after the client), a
+ * datagram gets `<pod>:<port> <datagram>`. The client and the node each run
+ * a Node agent (`Agent`) that makes connections on request, so that hundreds
+ * of them cost no process each.
+ *
+ * The proxy runs as the runner runs it: `kpng-callout replay --watch
+ * --persistent [--changes] STATEFILE --callout callouts/userspace-proxy` in
+ * the node namespace (`startProxy`); `apply` rewrites STATEFILE (temp file,
+ * rename) and waits for the runner's line about the frame's result. Needs
+ * root and `ip netns`; `labMissing` says why not.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { binArgv } from './bin-process.js';
+import { mustRun } from './command.js';
+import { netnsMissing } from './netns.js';
+import { replaceFile, tempDir, untilExit } from './files.js';
+import { repoPath } from './fixtures.js';
+import { pollUntil, WAIT_MS, within } from './wait.js';
+
+/** Our namespaces are named NS_PREFIX + pid + '-' + tag + '-' + role. */
+const NS_PREFIX = 'kpusp-';
+
+/** Why the lab cannot be built here, or undefined when it can. */
+export function labMissing(): Promise<string | undefined> {
+  return netnsMissing(NS_PREFIX, ['ip', 'sysctl'], 'apt-get install iproute2 procps');
+}
+
+/** The pods' addresses. */
+export const PODS = {
+  pod1: { v4: '198.51.100.2', v6: '2001:db8:1::2' },
+  pod2: { v4: '198.51.100.130', v6: '2001:db8:2::2' },
+} as const;
+export type PodName = keyof typeof PODS;
+/** The node's addresses, as the client reaches them (NodePorts). */
+export const NODE = { v4: '203.0.113.1', v6: '2001:db8:c::1' } as const;
+/** The ports the pod servers listen on (TCP and UDP). */
+export const POD_PORTS = [8080, 9090] as const;
+
+/** The pod server: `node -e POD_SERVER NAME`. */
+const POD_SERVER = `
+const net = require('node:net'), dgram = require('node:dgram');
+const name = process.argv[1];
+for (const port of ${JSON.stringify(POD_PORTS)}) {
+  net.createServer({ allowHalfOpen: true }, (s) => {
+    s.on('error', () => {});
+    s.write(name + ':' + port + '\\n');
+    s.pipe(s);
+  }).listen(port, '::');
+  const u = dgram.createSocket({ type: 'udp6', ipv6Only: false });
+  u.on('message', (m, r) => u.send(name + ':' + port + ' ' + m, r.port, r.address));
+  u.bind(port, '::');
+}
+`;
+
+/**
+ * The agent: JSON commands on stdin, one per line, each `{id, op, ...}`;
+ * answers `{id, r}` on stdout, in any order. Results of a connection: its
+ * first line, or 'ERR:<code>' (reset, refused...), 'CLOSED' (closed with
+ * nothing said), 'TIMEOUT'; with the milliseconds it took.
+ */
+const AGENT = `
+const net = require('node:net'), dgram = require('node:dgram');
+const held = new Map(), servers = new Map();
+let nextId = 1;
+function tcpOnce(c) {
+  return new Promise((resolve) => {
+    const t0 = Date.now();
+    let buf = '', done = false;
+    const s = net.connect({ host: c.host, port: c.port });
+    const finish = (r) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      s.destroy();
+      resolve({ r, ms: Date.now() - t0 });
+    };
+    const timer = setTimeout(() => finish('TIMEOUT'), c.timeoutMs || 5000);
+    s.setEncoding('utf8');
+    s.on('data', (d) => { buf += d; const i = buf.indexOf('\\n'); if (i >= 0) finish(buf.slice(0, i)); });
+    s.on('error', (e) => finish('ERR:' + e.code));
+    s.on('close', () => finish(buf || 'CLOSED'));
+  });
+}
+async function pool(n, conc, one) {
+  const out = new Array(n);
+  let next = 0;
+  const worker = async () => { while (next < n) { const i = next++; out[i] = await one(i); } };
+  await Promise.all(Array.from({ length: Math.min(conc, n) }, worker));
+  return out;
+}
+function udpAsk(sock, c, payload) {
+  return new Promise((resolve) => {
+    const t0 = Date.now();
+    const timer = setTimeout(() => { sock.off('message', on); resolve({ r: 'TIMEOUT', ms: Date.now() - t0 }); }, c.timeoutMs || 5000);
+    const on = (m, rinfo) => { clearTimeout(timer); sock.off('message', on); resolve({ r: String(m), from: rinfo.address + ' ' + rinfo.port, ms: Date.now() - t0 }); };
+    sock.on('message', on);
+    sock.send(payload, c.port, c.host);
+  });
+}
+const udpSocket = (host) => new Promise((resolve) => {
+  const s = dgram.createSocket(host.includes(':') ? 'udp6' : 'udp4');
+  s.on('error', () => {});
+  s.bind(0, () => resolve(s));
+});
+function waitLine(h) {
+  return new Promise((resolve) => {
+    const check = () => {
+      h.wake = undefined;
+      const i = h.buf.indexOf('\\n');
+      if (i >= 0) { const l = h.buf.slice(0, i); h.buf = h.buf.slice(i + 1); return resolve(l); }
+      if (h.closed) return resolve(h.err ? 'ERR:' + h.err : 'CLOSED');
+      h.wake = check;
+    };
+    check();
+  });
+}
+const ops = {
+  async tcp(c) { return pool(c.n || 1, c.conc || 1, () => tcpOnce(c)); },
+  async churn(c) {
+    const rs = await pool(c.n, c.conc || 20, () => tcpOnce(c));
+    const counts = {};
+    for (const x of rs) counts[x.r] = (counts[x.r] || 0) + 1;
+    return counts;
+  },
+  async udp(c) {
+    // fresh: a new socket (a new client port) per datagram; else one socket for all.
+    const out = [];
+    let sock = c.fresh ? undefined : await udpSocket(c.host);
+    for (let i = 0; i < (c.n || 1); i++) {
+      if (c.fresh) sock = await udpSocket(c.host);
+      out.push(await udpAsk(sock, c, c.payload || 'ping'));
+      if (c.fresh) sock.close();
+    }
+    if (!c.fresh) sock.close();
+    return out;
+  },
+  async hold(c) {
+    const id = nextId++;
+    const h = { s: net.connect({ host: c.host, port: c.port }), buf: '', closed: false, err: '', wake: undefined };
+    h.s.setEncoding('utf8');
+    h.s.on('data', (d) => { h.buf += d; h.wake?.(); });
+    h.s.on('error', (e) => { h.err = e.code; });
+    h.s.on('close', () => { h.closed = true; h.wake?.(); });
+    held.set(id, h);
+    return { id, first: await waitLine(h) };
+  },
+  async echo(c) {
+    const h = held.get(c.hid);
+    h.s.write(c.text + '\\n');
+    return waitLine(h);
+  },
+  async halfclose(c) {
+    // The first line, then c.text sent and our side closed: what comes back until the server closes.
+    const h = held.get(c.hid);
+    h.s.end(c.text + '\\n');
+    await new Promise((resolve) => (h.closed ? resolve() : h.s.once('close', resolve)));
+    held.delete(c.hid);
+    return { rest: h.buf, err: h.err };
+  },
+  async release(c) {
+    const h = held.get(c.hid);
+    held.delete(c.hid);
+    h.s.destroy();
+    return true;
+  },
+  async listen(c) {
+    const s = net.createServer();
+    return new Promise((resolve) => {
+      s.once('error', (e) => resolve('ERR:' + e.code));
+      s.listen({ host: c.host, port: c.port }, () => { servers.set(c.host + ' ' + c.port, s); resolve('ok'); });
+    });
+  },
+  async unlisten(c) {
+    const s = servers.get(c.host + ' ' + c.port);
+    servers.delete(c.host + ' ' + c.port);
+    await new Promise((resolve) => s.close(resolve));
+    return 'ok';
+  },
+};
+require('node:readline').createInterface(process.stdin).on('line', async (l) => {
+  const c = JSON.parse(l);
+  let r;
+  try { r = await ops[c.op](c); } catch (e) { r = { error: String(e && e.stack || e) }; }
+  process.stdout.write(JSON.stringify({ id: c.id, r }) + '\\n');
+});
+process.stdout.write(JSON.stringify({ id: 0, r: 'ready' }) + '\\n');
+`;
+
+/** One connection's result: its first line (or 'ERR:<code>', 'CLOSED', 'TIMEOUT') and how long it took. */
+export interface Answer {
+  r: string;
+  ms: number;
+  /** UDP: the address and port the answer came from. */
+  from?: string;
+}
+
+/** An agent process in a namespace. */
+export class Agent {
+  private readonly waiting = new Map<number, (r: unknown) => void>();
+  private seq = 0;
+  readonly ready: Promise<unknown>;
+
+  constructor(readonly child: ChildProcess) {
+    this.ready = new Promise((resolve) => this.waiting.set(0, resolve));
+    createInterface(child.stdout!).on('line', (l) => {
+      const { id, r } = JSON.parse(l) as { id: number; r: unknown };
+      const w = this.waiting.get(id);
+      this.waiting.delete(id);
+      w?.(r);
+    });
+  }
+
+  call<T>(op: string, args: Record<string, unknown>, ms = WAIT_MS): Promise<T> {
+    const id = ++this.seq;
+    const p = new Promise<T>((resolve, reject) => {
+      this.waiting.set(id, (r) => {
+        const e = r as { error?: string } | null;
+        if (e && typeof e === 'object' && 'error' in e) reject(new Error(`agent ${op}: ${e.error}`));
+        else resolve(r as T);
+      });
+    });
+    this.child.stdin!.write(JSON.stringify({ id, op, ...args }) + '\n');
+    return within(p, `the agent's ${op} ${JSON.stringify(args)}`, ms);
+  }
+
+  /** `n` TCP connections to host:port (`conc` at a time): each one's first line. */
+  tcp(host: string, port: number, n = 1, conc = 1, timeoutMs?: number): Promise<Answer[]> {
+    return this.call('tcp', { host, port, n, conc, timeoutMs });
+  }
+
+  /** `n` datagrams to host:port, from one socket (or a new one each with `fresh`): each answer. */
+  udp(host: string, port: number, n = 1, fresh = false, payload = 'ping'): Promise<Answer[]> {
+    return this.call('udp', { host, port, n, fresh, payload });
+  }
+}
+
+/** Topologies not closed yet: closed on exit too, for a run that tap times out or interrupts. */
+const opened = new Set<UserspaceLab>();
+process.once('exit', () => {
+  for (const lab of opened) lab.close();
+});
+
+/** A result line of the runner: a frame acknowledged `ok`, or one that failed. */
+const RESULT = /callout run finished run=(\d+)|callout frame \d+ \(run (\d+)\) failed/;
+
+/** The runner (kpng-callout replay --watch --persistent) with the proxy, in the node namespace. */
+export class ProxyRun {
+  readonly lines: string[] = [];
+  private readonly waiters = new Set<() => void>();
+  readonly exit: Promise<number | null>;
+
+  constructor(
+    readonly child: ChildProcess,
+    readonly statePath: string,
+  ) {
+    for (const s of [child.stdout!, child.stderr!]) {
+      createInterface(s).on('line', (l) => {
+        this.lines.push(l);
+        if (process.env.USP_LAB_DEBUG) process.stderr.write(`# ${l}\n`);
+        for (const w of this.waiters) w();
+      });
+    }
+    this.exit = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+  }
+
+  /** The first line matching `re` at index `from` or later; its index. */
+  async line(re: RegExp, from = 0, what = `a line ${re}`, ms = WAIT_MS): Promise<{ line: string; index: number }> {
+    const find = (): number => this.lines.findIndex((l, i) => i >= from && re.test(l));
+    let i = find();
+    if (i < 0) {
+      let wake!: () => void;
+      const p = new Promise<void>((resolve) => {
+        wake = () => {
+          if ((i = find()) >= 0) resolve();
+        };
+        this.waiters.add(wake);
+      });
+      try {
+        await within(p, () => `waiting for ${what}; last lines: ${this.lines.slice(-8).join('\n')}`, ms);
+      } finally {
+        this.waiters.delete(wake);
+      }
+    }
+    return { line: this.lines[i]!, index: i };
+  }
+
+  /** The `n`th line (from 1) matching `re`, once there is one. */
+  async nth(re: RegExp, n: number, what = `${n} lines ${re}`, ms = WAIT_MS): Promise<string> {
+    const hit = (): string | undefined => this.matching(re)[n - 1];
+    if (hit() === undefined) {
+      let wake!: () => void;
+      const p = new Promise<void>((resolve) => {
+        wake = () => {
+          if (hit() !== undefined) resolve();
+        };
+        this.waiters.add(wake);
+      });
+      try {
+        await within(p, () => `waiting for ${what}; last lines: ${this.lines.slice(-8).join('\n')}`, ms);
+      } finally {
+        this.waiters.delete(wake);
+      }
+    }
+    return hit()!;
+  }
+
+  /** Lines matching `re` so far (from index `from`). */
+  matching(re: RegExp, from = 0): string[] {
+    return this.lines.slice(from).filter((l) => re.test(l));
+  }
+
+  /** The proxy's pid (from its "started" line). */
+  async pid(): Promise<number> {
+    const { line } = await this.line(/userspace-proxy: started \(pid (\d+)/);
+    return Number(/started \(pid (\d+)/.exec(line)![1]);
+  }
+
+  /** The proxy's stats line (SIGUSR2), as numbers: listeners, tcp, tcp-sockets, udp-sessions, and handles by type. */
+  async stats(): Promise<{ listeners: number; tcp: number; tcpSockets: number; udp: number; handles: Record<string, number> }> {
+    const from = this.lines.length;
+    process.kill(await this.pid(), 'SIGUSR2');
+    const { line } = await this.line(/userspace-proxy: stats /, from);
+    const num = (k: string): number => Number(new RegExp(` ${k}=(\\d+)`).exec(line)?.[1] ?? NaN);
+    const handles: Record<string, number> = {};
+    for (const kv of (/ handles=(\S*)/.exec(line)?.[1] ?? '').split(',').filter(Boolean)) {
+      const [k, v] = kv.split(':');
+      handles[k!] = Number(v);
+    }
+    return { listeners: num('listeners'), tcp: num('tcp'), tcpSockets: num('tcp-sockets'), udp: num('udp-sessions'), handles };
+  }
+
+  /** Kills the runner and the proxy (SIGKILL), if still running. */
+  kill(): void {
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGKILL');
+  }
+}
+
+/** The outcome of a frame, as the runner logged it. */
+export interface FrameResult {
+  ok: boolean;
+  line: string;
+}
+
+/** Four namespaces, two pod servers, two agents; `close` removes everything, whatever happened. */
+export class UserspaceLab {
+  readonly ns: { client: string; node: string; pod1: string; pod2: string };
+  private readonly procs: ChildProcess[] = [];
+  private readonly dir = tempDir(untilExit, 'kpng-usp-');
+  client!: Agent;
+  node!: Agent;
+  proxy: ProxyRun | undefined;
+  private results = 0;
+
+  constructor(tag: string) {
+    const base = `${NS_PREFIX}${process.pid}-${tag}`;
+    this.ns = { client: `${base}-cl`, node: `${base}-nd`, pod1: `${base}-p1`, pod2: `${base}-p2` };
+    opened.add(this);
+  }
+
+  async open(): Promise<void> {
+    const { client, node, pod1, pod2 } = this.ns;
+    for (const n of [client, node, pod1, pod2]) await mustRun('ip', ['netns', 'add', n]);
+    const ipn = (n: string, ...args: string[]) => mustRun('ip', ['-n', n, ...args]);
+    await ipn(node, 'link', 'add', 'tocl', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', client);
+    await ipn(node, 'link', 'add', 'top1', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod1);
+    await ipn(node, 'link', 'add', 'top2', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod2);
+    const addrs: Array<[string, string, string]> = [
+      [client, 'eth0', '203.0.113.2/24'],
+      [client, 'eth0', '2001:db8:c::2/64'],
+      [node, 'tocl', `${NODE.v4}/24`],
+      [node, 'tocl', `${NODE.v6}/64`],
+      [node, 'top1', '198.51.100.1/25'],
+      [node, 'top1', '2001:db8:1::1/64'],
+      [node, 'top2', '198.51.100.129/25'],
+      [node, 'top2', '2001:db8:2::1/64'],
+      [pod1, 'eth0', `${PODS.pod1.v4}/25`],
+      [pod1, 'eth0', `${PODS.pod1.v6}/64`],
+      [pod2, 'eth0', `${PODS.pod2.v4}/25`],
+      [pod2, 'eth0', `${PODS.pod2.v6}/64`],
+    ];
+    for (const [n, dev, addr] of addrs) await ipn(n, 'addr', 'add', addr, 'dev', dev, ...(addr.includes(':') ? ['nodad'] : []));
+    for (const [n, devs] of [
+      [client, ['lo', 'eth0']],
+      [node, ['lo', 'tocl', 'top1', 'top2']],
+      [pod1, ['lo', 'eth0']],
+      [pod2, ['lo', 'eth0']],
+    ] as const) {
+      for (const dev of devs) await ipn(n, 'link', 'set', dev, 'up');
+    }
+    await ipn(client, 'route', 'add', '192.0.2.0/24', 'via', NODE.v4);
+    await ipn(client, '-6', 'route', 'add', '2001:db8:e::/64', 'via', NODE.v6);
+    for (const [pod, v4gw, v6gw] of [
+      [pod1, '198.51.100.1', '2001:db8:1::1'],
+      [pod2, '198.51.100.129', '2001:db8:2::1'],
+    ] as const) {
+      await ipn(pod, 'route', 'add', 'default', 'via', v4gw);
+      await ipn(pod, '-6', 'route', 'add', 'default', 'via', v6gw);
+    }
+    // Every Service address is the node's: a local route delivers them, and any one can be bound
+    // (IPv6 binds need ip_nonlocal_bind: its bind checks addresses, not routes).
+    await ipn(node, 'route', 'add', 'local', '192.0.2.0/24', 'dev', 'lo');
+    await ipn(node, '-6', 'route', 'add', 'local', '2001:db8:e::/64', 'dev', 'lo');
+    await mustRun('ip', ['netns', 'exec', node, 'sysctl', '-qw', 'net.ipv6.ip_nonlocal_bind=1']);
+    for (const n of [client, node]) await mustRun('ip', ['netns', 'exec', n, 'sysctl', '-qw', 'net.ipv4.tcp_tw_reuse=1', 'net.ipv4.ip_local_port_range=1024 65535']);
+
+    for (const pod of ['pod1', 'pod2'] as const) this.spawnIn(this.ns[pod], ['-e', POD_SERVER, pod]);
+    this.client = new Agent(this.spawnIn(client, ['-e', AGENT]));
+    this.node = new Agent(this.spawnIn(node, ['-e', AGENT]));
+    await within(Promise.all([this.client.ready, this.node.ready]), 'the agents to start', WAIT_MS);
+    // Both pod servers answer, from the node, on both families and both protocols.
+    for (const pod of ['pod1', 'pod2'] as const) {
+      for (const addr of [PODS[pod].v4, PODS[pod].v6]) {
+        for (const port of POD_PORTS) {
+          await pollUntil(async () => (await this.node.tcp(addr, port))[0]?.r === `${pod}:${port}`, `${pod} at ${addr}:${port}/tcp`, 10_000, 50);
+          await pollUntil(async () => (await this.node.udp(addr, port))[0]?.r === `${pod}:${port} ping`, `${pod} at ${addr}:${port}/udp`, 10_000, 50);
+        }
+      }
+    }
+  }
+
+  /** `node args` in namespace `ns` (no NODE_OPTIONS: tap's loaders would slow it down). */
+  private spawnIn(ns: string, args: string[]): ChildProcess {
+    const child = spawn('ip', ['netns', 'exec', ns, process.execPath, ...args], { stdio: ['pipe', 'pipe', 'inherit'], env: { PATH: process.env.PATH } });
+    this.procs.push(child);
+    return child;
+  }
+
+  /** Starts the runner with the proxy on `state` (lines), waits for the first frame's result. */
+  async startProxy(state: string[], o: { changes?: boolean; env?: NodeJS.ProcessEnv } = {}): Promise<FrameResult> {
+    const statePath = join(this.dir, 'state.jsonl');
+    replaceFile(statePath, linesText(state));
+    const args = ['replay', '--watch', '--persistent', ...(o.changes ? ['--changes'] : []), statePath, '--callout', repoPath('callouts/userspace-proxy')];
+    const child = spawn('ip', ['netns', 'exec', this.ns.node, ...binArgv('kpng-callout', args)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { PATH: process.env.PATH, ...o.env },
+    });
+    this.procs.push(child);
+    this.proxy = new ProxyRun(child, statePath);
+    this.results = 0;
+    return this.nextResult();
+  }
+
+  /** The result of the next frame (the runner's line about it). */
+  async nextResult(): Promise<FrameResult> {
+    const line = await this.proxy!.nth(RESULT, ++this.results, `the result of frame ${this.results}`);
+    return { ok: /callout run finished/.test(line), line };
+  }
+
+  /** Rewrites the state file (an editor's save) and waits for the frame's result. */
+  async apply(state: string[]): Promise<FrameResult> {
+    replaceFile(this.proxy!.statePath, linesText(state));
+    return this.nextResult();
+  }
+
+  /** Synchronous, so that it completes even when tap times the test out. */
+  close(): void {
+    opened.delete(this);
+    this.proxy?.kill();
+    for (const child of this.procs) child.kill('SIGKILL');
+    for (const n of Object.values(this.ns)) spawnSync('ip', ['netns', 'del', n], { stdio: 'ignore' });
+  }
+}
+
+const linesText = (lines: string[]): string => lines.map((l) => l + '\n').join('');
+
+/** A Service of a test state. */
+export interface Svc {
+  name: string;
+  cluster?: string[];
+  external?: string[];
+  lb?: string[];
+  ports: Array<{ name?: string; proto?: 'tcp' | 'udp' | 'sctp' | number; port: number; nodePort?: number; targetPort?: number }>;
+  /** Endpoints: a pod (both families), its scopes, its port overrides by port name. */
+  endpoints?: Array<{ pod: PodName; internal?: boolean; external?: boolean; overrides?: Record<string, number> }>;
+  /** Raw endpoints, appended (hostile input). */
+  rawEndpoints?: unknown[];
+  /** SessionAffinity ClientIP with these TimeoutSeconds (0: the key is left out, as Go does). */
+  affinity?: number;
+}
+
+const PROTO = { tcp: 1, udp: 2, sctp: 3 } as const;
+
+/** One state line, shaped as kpng prints it (zero values left out). */
+export function svcLine(s: Svc): string {
+  const fam = (ips: string[] | undefined): Record<string, string[]> | undefined => {
+    if (!ips?.length) return undefined;
+    const v4 = ips.filter((a) => !a.includes(':'));
+    const v6 = ips.filter((a) => a.includes(':'));
+    return { ...(v4.length ? { V4: v4 } : {}), ...(v6.length ? { V6: v6 } : {}) };
+  };
+  const ips: Record<string, unknown> = {};
+  if (fam(s.cluster)) ips.ClusterIPs = fam(s.cluster);
+  if (fam(s.external)) ips.ExternalIPs = fam(s.external);
+  if (fam(s.lb)) ips.LoadBalancerIPs = fam(s.lb);
+  const ports = s.ports.map((p) => ({
+    ...(p.name ? { Name: p.name } : {}),
+    Protocol: typeof p.proto === 'number' ? p.proto : PROTO[p.proto ?? 'tcp'],
+    Port: p.port,
+    ...(p.nodePort ? { NodePort: p.nodePort } : {}),
+    ...(p.targetPort ? { TargetPort: p.targetPort } : {}),
+  }));
+  const endpoints: unknown[] = [];
+  for (const e of s.endpoints ?? []) {
+    for (const f of ['V4', 'V6'] as const) {
+      const overrides = Object.entries(e.overrides ?? {}).map(([Name, Port]) => ({ ...(Name ? { Name } : {}), Port }));
+      endpoints.push({
+        Hostname: e.pod,
+        IPs: { [f]: [f === 'V4' ? PODS[e.pod].v4 : PODS[e.pod].v6] },
+        Local: true,
+        ...(overrides.length ? { PortOverrides: overrides } : {}),
+        Scopes: { ...((e.internal ?? true) ? { Internal: true } : {}), ...((e.external ?? true) ? { External: true } : {}) },
+      });
+    }
+  }
+  endpoints.push(...(s.rawEndpoints ?? []));
+  return JSON.stringify({
+    Service: {
+      Namespace: 'default',
+      Name: s.name,
+      Type: s.ports.some((p) => p.nodePort) ? 'NodePort' : 'ClusterIP',
+      IPs: ips,
+      Ports: ports,
+      SessionAffinity: s.affinity === undefined ? null : { ClientIP: s.affinity ? { TimeoutSeconds: s.affinity } : {} },
+    },
+    Endpoints: endpoints.length ? endpoints : null,
+  });
+}
+
+/** A state: the Services' lines in kpng order (by name: one namespace). */
+export const stateOf = (svcs: Svc[]): string[] => [...svcs].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)).map(svcLine);
