@@ -504,9 +504,9 @@ if (results['m-full'] || results['m-changes'] || results['m-persistent']) {
     ['(c) `--persistent --changes`', results['m-persistent'], 'none (no process is started)'],
   ];
   const mtable = [
-    '| mode | Sync → callout has the whole input: p50 | p99 | max | of which Sync → state pushed; → run started (p50) | floor: spawn … (p50; p99) | GC pauses in our process (count; longest) |',
+    '| mode | Sync → callout has the whole input: p50 | p99 | max | of which Sync → state pushed; → run started (p50 / p99) | floor: spawn … (p50; p99) | GC pauses in our process (count; longest) |',
     '|---|---:|---:|---:|---:|---|---:|',
-    ...mrows.filter(([, r]) => r).map(([name, r, floorWhat]) => `| ${name} | ${f(r.p50)} | ${f(r.p99)} | ${f(r.max)} | ${f(r.pushedP50)}; ${f(r.startedP50)} | ${floorWhat}: ${f(r.floorP50)}; ${f(r.floorP99)} | ${r.gcPauses}; ${f(r.gcMaxMs)} |`),
+    ...mrows.filter(([, r]) => r).map(([name, r, floorWhat]) => `| ${name} | ${f(r.p50)} | ${f(r.p99)} | ${f(r.max)} | ${f(r.pushedP50)}; ${f(r.startedP50)} / ${f(r.pushedP99)}; ${f(r.startedP99)} | ${floorWhat}: ${f(r.floorP50)}; ${f(r.floorP99)} | ${r.gcPauses}; ${f(r.gcMaxMs)} |`),
   ].join('\n');
   console.log(mtable);
   const n = Number(opt('--mode-revisions', '300'));
