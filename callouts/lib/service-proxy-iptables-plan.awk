@@ -11,58 +11,7 @@
 # Nothing from the state reaches the output unless it passed ip/port checks.
 # TCP is refused with a reset: an ICMPv6 error ends an IPv6 connect only at its SYN retransmit (~1 s).
 function rej() { return PROTO == "tcp" ? "REJECT --reject-with tcp-reset" : "REJECT" }
-function warn(m) { printf "%s: %s\n", prog, m > "/dev/stderr" }
-function shown(s) { gsub(/[^ -~]/, "?", s); return "\"" substr(s, 1, 100) "\"" }
-function dec(s) { return s ~ /^(0|[1-9][0-9]?[0-9]?)$/ && s + 0 <= 255 }
-function ip4(s,   a) {
-	if (s !~ /^[0-9.]+$/ || split(s, a, ".") != 4) return 0
-	return dec(a[1]) && dec(a[2]) && dec(a[3]) && dec(a[4])
-}
-function hex(h,   v, i) {
-	for (i = 1; i <= length(h); i++) v = v * 16 + index("0123456789abcdef", substr(h, i, 1)) - 1
-	return v
-}
-function ip6(s,   n, a, q, w, h, t, nh, nt, gap, i, d, bb, bl, cb, cl, out) {
-	if (s !~ /^[0-9A-Fa-f:.]+$/ || length(s) > 45) return ""
-	d = index(s, "::")
-	if (d && index(substr(s, d + 1), "::")) return ""
-	if (s ~ /^:[^:]/ || s ~ /[^:]:$/) return ""
-	n = split(s, a, ":")
-	nh = nt = gap = 0
-	for (i = 1; i <= n; i++) {
-		if (a[i] == "") { gap = 1; continue }
-		if (i == n && index(a[i], ".")) {
-			if (!ip4(a[i])) return ""
-			split(a[i], q, ".")
-			if (gap) { t[++nt] = sprintf("%x", q[1] * 256 + q[2]); t[++nt] = sprintf("%x", q[3] * 256 + q[4]) }
-			else { h[++nh] = sprintf("%x", q[1] * 256 + q[2]); h[++nh] = sprintf("%x", q[3] * 256 + q[4]) }
-			continue
-		}
-		if (a[i] !~ /^[0-9A-Fa-f]+$/ || length(a[i]) > 4) return ""
-		out = tolower(a[i]); sub(/^0+/, "", out); if (out == "") out = "0"
-		if (gap) t[++nt] = out; else h[++nh] = out
-	}
-	if (d ? nh + nt > 7 : nh + nt != 8) return ""
-	for (i = 1; i <= nh; i++) w[i] = h[i]
-	for (; i <= 8 - nt; i++) w[i] = "0"
-	for (; i <= 8; i++) w[i] = t[i - 8 + nt]
-	bl = cl = 0
-	for (i = 1; i <= 8; i++) {
-		if (w[i] != "0") { cl = 0; continue }
-		if (!cl++) cb = i
-		if (cl > bl) { bb = cb; bl = cl }
-	}
-	if (bl < 2) bl = 0
-	if (bl && bb == 1 && (bl == 6 || (bl == 5 && w[6] == "ffff")))
-		return (bl == 6 ? "::" : "::ffff:") int(hex(w[7]) / 256) "." hex(w[7]) % 256 "." int(hex(w[8]) / 256) "." hex(w[8]) % 256
-	if (!bl) return w[1] ":" w[2] ":" w[3] ":" w[4] ":" w[5] ":" w[6] ":" w[7] ":" w[8]
-	out = ""
-	for (i = 1; i < bb; i++) out = out w[i] ":"
-	out = (bb == 1 ? "::" : out ":")
-	for (i = bb + bl; i <= 8; i++) out = out w[i] (i < 8 ? ":" : "")
-	return out
-}
-function addr(s) { return FAM == 4 ? (ip4(s) ? s : "") : ip6(s) }
+# warn(), shown(), ip4(), ip6(), addr(fam, s): lib/allip-plan.sh (allip_awk_lib), prepended by the callout.
 function port(s) { return s ~ /^[1-9][0-9]*$/ && length(s) <= 5 && s + 0 <= 65535 }
 # 16 base32 characters from four polynomial hashes of s (80 bits).
 function hash(s,   i, c, a, b, d, e, n, out, v, k) {
@@ -215,10 +164,10 @@ $1 == "P" {
 	next
 }
 !ok { next }
-$1 == "C" { k = addr($2); if (k == "") warn(name ": skipping cluster IP " shown($2) ": not a literal IPv" FAM " address"); else cl[++ncl] = k; next }
-$1 == "X" { k = addr($2); if (k == "") warn(name ": skipping external IP " shown($2) ": not a literal IPv" FAM " address"); else xip[++nx] = k; next }
+$1 == "C" { k = addr(FAM, $2); if (k == "") warn(name ": skipping cluster IP " shown($2) ": not a literal IPv" FAM " address"); else cl[++ncl] = k; next }
+$1 == "X" { k = addr(FAM, $2); if (k == "") warn(name ": skipping external IP " shown($2) ": not a literal IPv" FAM " address"); else xip[++nx] = k; next }
 $1 == "E" {
-	k = addr($2)
+	k = addr(FAM, $2)
 	if (k == "") { warn(name ": skipping endpoint " shown($2) ": not a literal IPv" FAM " address"); next }
 	if (k in epchain) next
 	p = $3 == "" || $3 == "0" ? TP : $3

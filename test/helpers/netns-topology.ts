@@ -22,7 +22,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { binArgv } from './bin-process.js';
 import { mustRun, runCommand, type CommandResult } from './command.js';
-import { netnsMissing as labMissing } from './netns.js';
+import { netnsMissing as labMissing, LAB_PODS, wireFourNamespaces } from './netns.js';
 import { tempDir, untilExit } from './files.js';
 import { repoPath } from './fixtures.js';
 import { pollUntil } from './wait.js';
@@ -38,10 +38,7 @@ export function netnsMissing(): Promise<string | undefined> {
 }
 
 /** The two pods' addresses. */
-export const PODS = {
-  pod1: { v4: '198.51.100.2', v6: '2001:db8:1::2' },
-  pod2: { v4: '198.51.100.130', v6: '2001:db8:2::2' },
-} as const;
+export const PODS = LAB_PODS;
 export type PodName = keyof typeof PODS;
 /** External IPs, routed to the node and held by its loopback interface. */
 export const XIP = { v4: ['192.0.2.10', '192.0.2.11'], v6: ['2001:db8:e::10', '2001:db8:e::11'] } as const;
@@ -116,44 +113,8 @@ export class Topology {
   }
 
   async open(): Promise<void> {
-    const { client, node, pod1, pod2 } = this.ns;
-    for (const n of [client, node, pod1, pod2]) await mustRun('ip', ['netns', 'add', n]);
-    const ipn = (n: string, ...args: string[]) => mustRun('ip', ['-n', n, ...args]);
-    await ipn(node, 'link', 'add', 'tocl', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', client);
-    await ipn(node, 'link', 'add', 'top1', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod1);
-    await ipn(node, 'link', 'add', 'top2', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod2);
-    const addrs: Array<[string, string, string]> = [
-      [client, 'eth0', '203.0.113.2/24'],
-      [client, 'eth0', '2001:db8:c::2/64'],
-      [node, 'tocl', '203.0.113.1/24'],
-      [node, 'tocl', '2001:db8:c::1/64'],
-      [node, 'top1', '198.51.100.1/25'],
-      [node, 'top1', '2001:db8:1::1/64'],
-      [node, 'top2', '198.51.100.129/25'],
-      [node, 'top2', '2001:db8:2::1/64'],
-      [pod1, 'eth0', `${PODS.pod1.v4}/25`],
-      [pod1, 'eth0', `${PODS.pod1.v6}/64`],
-      [pod2, 'eth0', `${PODS.pod2.v4}/25`],
-      [pod2, 'eth0', `${PODS.pod2.v6}/64`],
-      ...[...XIP.v4.map((a) => `${a}/32`), ...XIP.v6.map((a) => `${a}/128`)].map((a): [string, string, string] => [node, 'lo', a]),
-    ];
-    for (const [n, dev, addr] of addrs) {
-      await ipn(n, 'addr', 'add', addr, 'dev', dev, ...(addr.includes(':') ? ['nodad'] : []));
-    }
-    for (const [n, devs] of [
-      [client, ['lo', 'eth0']],
-      [node, ['lo', 'tocl', 'top1', 'top2']],
-      [pod1, ['lo', 'eth0']],
-      [pod2, ['lo', 'eth0']],
-    ] as const) {
-      for (const dev of devs) await ipn(n, 'link', 'set', dev, 'up');
-    }
-    await ipn(client, 'route', 'add', '192.0.2.0/24', 'via', '203.0.113.1');
-    await ipn(client, '-6', 'route', 'add', '2001:db8:e::/64', 'via', '2001:db8:c::1');
-    await ipn(pod1, 'route', 'add', 'default', 'via', '198.51.100.1');
-    await ipn(pod1, '-6', 'route', 'add', 'default', 'via', '2001:db8:1::1');
-    await ipn(pod2, 'route', 'add', 'default', 'via', '198.51.100.129');
-    await ipn(pod2, '-6', 'route', 'add', 'default', 'via', '2001:db8:2::1');
+    const { node } = this.ns;
+    await wireFourNamespaces(this.ns, [...XIP.v4.map((a) => `${a}/32`), ...XIP.v6.map((a) => `${a}/128`)]);
     await mustRun('ip', ['netns', 'exec', node, 'sysctl', '-qw', 'net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1']);
 
     const server = `const net = require('node:net');

@@ -28,7 +28,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { binArgv } from './bin-process.js';
 import { mustRun } from './command.js';
-import { netnsMissing } from './netns.js';
+import { LAB_NODE, LAB_PODS, netnsMissing, wireFourNamespaces } from './netns.js';
 import { replaceFile, tempDir, untilExit } from './files.js';
 import { repoPath } from './fixtures.js';
 import { pollUntil, WAIT_MS, within } from './wait.js';
@@ -42,13 +42,10 @@ export function labMissing(): Promise<string | undefined> {
 }
 
 /** The pods' addresses. */
-export const PODS = {
-  pod1: { v4: '198.51.100.2', v6: '2001:db8:1::2' },
-  pod2: { v4: '198.51.100.130', v6: '2001:db8:2::2' },
-} as const;
+export const PODS = LAB_PODS;
 export type PodName = keyof typeof PODS;
 /** The node's addresses, as the client reaches them (NodePorts). */
-export const NODE = { v4: '203.0.113.1', v6: '2001:db8:c::1' } as const;
+export const NODE = LAB_NODE;
 /** The ports the pod servers listen on (TCP and UDP). */
 export const POD_PORTS = [8080, 9090] as const;
 
@@ -374,44 +371,9 @@ export class UserspaceLab {
   }
 
   async open(): Promise<void> {
-    const { client, node, pod1, pod2 } = this.ns;
-    for (const n of [client, node, pod1, pod2]) await mustRun('ip', ['netns', 'add', n]);
+    const { client, node } = this.ns;
+    await wireFourNamespaces(this.ns);
     const ipn = (n: string, ...args: string[]) => mustRun('ip', ['-n', n, ...args]);
-    await ipn(node, 'link', 'add', 'tocl', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', client);
-    await ipn(node, 'link', 'add', 'top1', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod1);
-    await ipn(node, 'link', 'add', 'top2', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod2);
-    const addrs: Array<[string, string, string]> = [
-      [client, 'eth0', '203.0.113.2/24'],
-      [client, 'eth0', '2001:db8:c::2/64'],
-      [node, 'tocl', `${NODE.v4}/24`],
-      [node, 'tocl', `${NODE.v6}/64`],
-      [node, 'top1', '198.51.100.1/25'],
-      [node, 'top1', '2001:db8:1::1/64'],
-      [node, 'top2', '198.51.100.129/25'],
-      [node, 'top2', '2001:db8:2::1/64'],
-      [pod1, 'eth0', `${PODS.pod1.v4}/25`],
-      [pod1, 'eth0', `${PODS.pod1.v6}/64`],
-      [pod2, 'eth0', `${PODS.pod2.v4}/25`],
-      [pod2, 'eth0', `${PODS.pod2.v6}/64`],
-    ];
-    for (const [n, dev, addr] of addrs) await ipn(n, 'addr', 'add', addr, 'dev', dev, ...(addr.includes(':') ? ['nodad'] : []));
-    for (const [n, devs] of [
-      [client, ['lo', 'eth0']],
-      [node, ['lo', 'tocl', 'top1', 'top2']],
-      [pod1, ['lo', 'eth0']],
-      [pod2, ['lo', 'eth0']],
-    ] as const) {
-      for (const dev of devs) await ipn(n, 'link', 'set', dev, 'up');
-    }
-    await ipn(client, 'route', 'add', '192.0.2.0/24', 'via', NODE.v4);
-    await ipn(client, '-6', 'route', 'add', '2001:db8:e::/64', 'via', NODE.v6);
-    for (const [pod, v4gw, v6gw] of [
-      [pod1, '198.51.100.1', '2001:db8:1::1'],
-      [pod2, '198.51.100.129', '2001:db8:2::1'],
-    ] as const) {
-      await ipn(pod, 'route', 'add', 'default', 'via', v4gw);
-      await ipn(pod, '-6', 'route', 'add', 'default', 'via', v6gw);
-    }
     // Every Service address is the node's: a local route delivers them, and any one can be bound
     // (IPv6 binds need ip_nonlocal_bind: its bind checks addresses, not routes).
     await ipn(node, 'route', 'add', 'local', '192.0.2.0/24', 'dev', 'lo');
