@@ -8,24 +8,30 @@
 //   from scratch     the callout on an empty namespace;
 //   re-apply         the same state again;
 //   one change       the same state with one endpoint of Service 0 moved (full input);
-//   change set       nft only: the same change as a change set (KPNG_CALLOUT_INPUT=changes).
+//   change set       nft only: the same change as a change set (KPNG_CALLOUT_INPUT=changes);
+//   persistent       nft only: one callout (KPNG_CALLOUT_MODE=persistent) given the state as a
+//                    full frame, then --frames change frames (the endpoint moved, moved back...):
+//                    the time from writing a frame to its acknowledgement on fd 3, median and max.
 // Times are wall-clock seconds of one callout run (stdin fed from memory),
 // the median of --runs runs (a fresh namespace each). No packet is sent: the
 // Service addresses come from 198.18.0.0/16 and the endpoints from
 // 198.19.0.0/16 (RFC 2544 benchmarking range: the documentation ranges hold
 // 768 IPv4 addresses, 20,000 Service addresses do not fit), the moved
 // endpoint from 198.51.100.0/24.
-// Options: --sizes 1000,10000  --runs 3  --callouts service-proxy-nft (only those)  --limit 300 (seconds per run; a
+// Options: --sizes 1000,10000  --runs 3  --frames 30  --callouts service-proxy-nft (only those)  --limit 300 (seconds per run; a
 // case past it is reported as stopped). Prints a markdown table with the date
 // and machine. Needs root, `ip netns`, nft, jq; exits 0 saying why when not.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { machine, opt, root, runDate } from './lib.js';
 
 const SIZES = opt('--sizes', '1000,10000').split(',').map(Number);
 const RUNS = Number(opt('--runs', '3'));
 const LIMIT_S = Number(opt('--limit', '300'));
+const FRAMES = Number(opt('--frames', '30'));
 
 const IMPLS = [
   { name: 'service-proxy-nft', path: join(root, 'callouts/service-proxy-nft'), changes: true },
@@ -92,6 +98,36 @@ function timeRun(ns, impl, input, env = {}) {
   return s;
 }
 
+/**
+ * A persistent callout in `ns`: the state `base` as frame 1 (full), then `frames` change
+ * frames; resolves the seconds from each change frame's first byte to its "ok".
+ */
+async function persistentRun(ns, impl, base, changeSets, frames) {
+  const child = spawn('ip', ['netns', 'exec', ns, impl.path], {
+    stdio: ['pipe', 'ignore', 'pipe', 'pipe'],
+    env: { ...process.env, KPNG_CALLOUT_MODE: 'persistent' },
+  });
+  let stderr = '';
+  child.stderr.on('data', (b) => (stderr += b));
+  const acks = createInterface({ input: child.stdio[3] })[Symbol.asyncIterator]();
+  const frame = async (seq, input, lines) => {
+    const t0 = process.hrtime.bigint();
+    child.stdin.write(Buffer.concat([Buffer.from(`{"Frame":{"Seq":${seq},"Input":"${input}"}}\n`), lines, Buffer.from('\n')]));
+    const { value, done } = await acks.next();
+    if (done || value !== 'ok') throw new Error(`frame ${seq}: ${done ? 'no acknowledgement' : value}: ${stderr}`);
+    return Number(process.hrtime.bigint() - t0) / 1e9;
+  };
+  try {
+    const full = await frame(1, 'full', base);
+    const times = [];
+    for (let i = 0; i < frames; i++) times.push(await frame(i + 2, 'changes', changeSets[i % 2]));
+    return { full, times };
+  } finally {
+    child.stdin.end();
+    await once(child, 'close');
+  }
+}
+
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
 
 let seq = 0;
@@ -105,8 +141,9 @@ for (const n of SIZES) {
   const base = state(n, false);
   const moved = state(n, true);
   const changeSet = Buffer.from(`{"Previous":${line(0, false)}}\n${line(0, true)}\n`);
+  const changeBack = Buffer.from(`{"Previous":${line(0, true)}}\n${line(0, false)}\n`);
   for (const impl of IMPLS) {
-    const cases = { scratch: [], again: [], change: [], changeSet: [] };
+    const cases = { scratch: [], again: [], change: [], changeSet: [], frames: [] };
     for (let run = 0; run < RUNS; run++) {
       const ns = `kpspn-bench-${process.pid}-${++seq}`;
       if (sh('ip', ['netns', 'add', ns]).status !== 0) throw new Error(`ip netns add ${ns} failed`);
@@ -119,6 +156,9 @@ for (const n of SIZES) {
           // back to the base state, then the change as a change set
           timeRun(ns, impl, base);
           cases.changeSet.push(timeRun(ns, impl, changeSet, { KPNG_CALLOUT_INPUT: 'changes' }));
+          sh('ip', ['netns', 'exec', ns, 'nft', 'delete', 'table', 'inet', 'kpng_service_proxy']);
+          const p = await persistentRun(ns, impl, base, [changeSet, changeBack], FRAMES);
+          cases.frames.push(...p.times);
         }
       } finally {
         sh('ip', ['netns', 'del', ns]);
@@ -130,13 +170,14 @@ for (const n of SIZES) {
       const m = median(xs);
       return unit === 'ms' ? `${(m * 1000).toFixed(0)} ms` : `${m.toFixed(2)} s`;
     };
-    rows.push([impl.name, n.toLocaleString('en-US'), fmt(cases.scratch), fmt(cases.again), fmt(cases.change), fmt(cases.changeSet, 'ms')]);
+    const frames = cases.frames.length ? `${fmt(cases.frames, 'ms')} (max ${(Math.max(...cases.frames) * 1000).toFixed(0)} ms)` : 'n/a';
+    rows.push([impl.name, n.toLocaleString('en-US'), fmt(cases.scratch), fmt(cases.again), fmt(cases.change), fmt(cases.changeSet, 'ms'), frames]);
   }
 }
 
 const nft = (sh('nft', ['--version']).stdout || '').trim();
 const jq = (sh('jq', ['--version']).stdout || '').trim();
 console.log(`Run on ${runDate()} UTC, ${machine()}; ${nft}, ${jq}. Median of ${RUNS} run(s).\n`);
-console.log('| callout | services | from scratch | identical re-apply | one-Service change (full) | one-Service change (change set) |');
-console.log('|---|---:|---:|---:|---:|---:|');
+console.log(`| callout | services | from scratch | identical re-apply | one-Service change (full) | one-Service change (change set) | one-Service change, persistent frame: median of ${FRAMES} × runs |`);
+console.log('|---|---:|---:|---:|---:|---:|---:|');
 for (const r of rows) console.log(`| ${r.join(' | ')} |`);

@@ -9,6 +9,8 @@
 #         nEPS [IP4 IP6 INTERNAL EXTERNAL nOVR [NAME PORT]...]...
 # TYPE is S (a Service line) or P (a {"Previous":...} line); "X" for a line
 # that is not JSON or not a Service, "Z" once stdin was read to its end.
+# Persistent ($framed true), also "F INPUT SEQ" for a frame header and "E"
+# for the empty line that ends a frame.
 #
 # Speed (jq 1.6, 10,000 Services x 10 endpoints, 18 MB): one array built from
 # generators and written by @tsv takes 3 s where concatenated arrays and
@@ -38,7 +40,15 @@ def rec($t; $i; $slow):
 		      ((.PortOverrides? // []) | n), (.PortOverrides?[]? | (.Name? // ""), (.Port? // 0)))]
 		| if $slow then map(tostring) else . end | @tsv
 	else "X" end;
+def line($slow):
+	if type == "object" and has("Previous") then rec("P"; .Previous; $slow) else rec("S"; .; $slow) end;
+# Persistent ($framed): a Frame header is "F INPUT SEQ", the empty line that
+# ends a frame "E".
 (inputs
-	| select(test("^[ \t\r]*$") | not)
-	| (try (fromjson | if type == "object" and has("Previous") then rec("P"; .Previous; false) else rec("S"; .; false) end) catch null)
-	  // (try (fromjson | if type == "object" and has("Previous") then rec("P"; .Previous; true) else rec("S"; .; true) end) catch "X")), "Z"
+	| if $framed and . == "" then "E"
+	  elif test("^[ \t\r]*$") then empty
+	  else (try (fromjson | if $framed and type == "object" and has("Frame")
+	             then ["F", (.Frame?.Input? // ""), (.Frame?.Seq? // "")] | map(tostring) | @tsv
+	             else line(false) end) catch null)
+	       // (try (fromjson | line(true)) catch "X")
+	  end), "Z"

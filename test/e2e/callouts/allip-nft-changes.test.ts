@@ -20,16 +20,16 @@
  * skips, saying why, without them. Addresses: documentation ranges only.
  */
 import t, { type Test as Tap } from 'tap';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
 import { missingTools, mustRun, runCommand, type CommandResult } from '../../helpers/command.js';
 import { tempDir } from '../../helpers/files.js';
 import { repoPath } from '../../helpers/fixtures.js';
 import { netnsMissing, PODS, Topology, XIP, type PodName } from '../../helpers/netns-topology.js';
 import { groupMembers } from '../../helpers/procs.js';
-import { pollUntil, WAIT_MS, within } from '../../helpers/wait.js';
+import { frame, PersistentCallout } from '../../helpers/persistent-callout.js';
+import { pollUntil } from '../../helpers/wait.js';
 
 const NFT = repoPath('callouts/kpng-example-allip-nft');
 const IPT = repoPath('callouts/kpng-example-allip');
@@ -107,9 +107,6 @@ function changeSet(prev: Svc[], next: Svc[]): string {
   return out;
 }
 
-/** One frame of the persistent protocol. */
-const frame = (seq: number, input: 'full' | 'changes', body: string) => `{"Frame":{"Seq":${seq},"Input":"${input}"}}\n${body}\n`;
-
 /**
  * A chain of states, each step named by what it exercises. External IPs from
  * 192.0.2.0/24, 203.0.113.0/24 (load balancer) and 2001:db8:e::/64; endpoints
@@ -155,81 +152,6 @@ function runOnce(ns: string | undefined, input: string, env: NodeJS.ProcessEnv, 
   const [cmd, args] = ns ? ['ip', ['netns', 'exec', ns, callout]] : [callout, []];
   return runCommand(cmd as string, args as string[], { input, env: { ...process.env, ...env }, timeoutMs: 60_000 });
 }
-
-/** A persistent callout driven by the test: frames on its stdin, acks read from its fd 3. */
-class Persistent {
-  readonly child: ChildProcess;
-  readonly pgid: number;
-  stdout = '';
-  stderr = '';
-  private readonly acks: string[] = [];
-  private wake: (() => void) | undefined;
-  private partial = '';
-  private seq = 0;
-  readonly exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-
-  constructor(ns: string | undefined, env: NodeJS.ProcessEnv) {
-    const [cmd, args] = ns ? ['ip', ['netns', 'exec', ns, NFT]] : [NFT, []];
-    this.child = spawn(cmd as string, args as string[], {
-      stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
-      detached: true,
-      env: { ...process.env, KPNG_CALLOUT_MODE: 'persistent', ...env },
-    });
-    this.pgid = this.child.pid!;
-    persistents.add(this.child);
-    this.child.stdout!.setEncoding('utf8').on('data', (d: string) => (this.stdout += d));
-    this.child.stderr!.setEncoding('utf8').on('data', (d: string) => (this.stderr += d));
-    const fd3 = this.child.stdio[3] as Readable;
-    fd3.setEncoding('utf8');
-    fd3.on('data', (d: string) => {
-      const parts = (this.partial + d).split('\n');
-      this.partial = parts.pop()!;
-      this.acks.push(...parts);
-      this.wake?.();
-    });
-    this.child.stdin!.on('error', () => {});
-    this.exit = new Promise((resolve) =>
-      this.child.on('exit', (code, signal) => {
-        persistents.delete(this.child);
-        this.wake?.();
-        resolve({ code, signal });
-      }),
-    );
-  }
-
-  /** Writes raw bytes (a frame, or garbage) and resolves with the next ack. */
-  async send(text: string): Promise<string> {
-    this.child.stdin!.write(text);
-    return this.nextAck();
-  }
-
-  /** Writes a frame with the next Seq and resolves with its ack. */
-  frame(input: 'full' | 'changes', body: string): Promise<string> {
-    return this.send(frame(++this.seq, input, body));
-  }
-
-  private async nextAck(): Promise<string> {
-    const next = async (): Promise<string> => {
-      for (;;) {
-        const ack = this.acks.shift();
-        if (ack !== undefined) return ack;
-        if (this.child.exitCode !== null || this.child.signalCode !== null) throw new Error('the callout exited');
-        await new Promise<void>((resolve) => (this.wake = resolve));
-      }
-    };
-    return within(next(), () => `an ack on fd 3 (stderr so far: ${this.stderr})`, WAIT_MS);
-  }
-
-  /** Closes stdin and resolves with the exit. */
-  async end(): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-    this.child.stdin!.end();
-    return within(this.exit, () => `the callout to exit at end of input (stderr: ${this.stderr})`, WAIT_MS);
-  }
-}
-const persistents = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const c of persistents) if (c.pid) spawnSync('kill', ['-KILL', `-${c.pid}`]);
-});
 
 // ---------------------------------------------------------------- the kernel side
 
@@ -298,7 +220,7 @@ t.test('dry runs of change sets and of a persistent callout', { skip: noJq ? 'jq
 
   await t.test('persistent: a full frame, then change sets print only what changes', async (t) => {
     const tmp = tempDir(t, 'kpng-nft-dry-');
-    const p = new Persistent(undefined, { DRY_RUN: '1', TMPDIR: tmp });
+    const p = new PersistentCallout(NFT, undefined, { DRY_RUN: '1', TMPDIR: tmp });
     t.equal(await p.frame('full', full(s0)), 'ok', 'the full frame is acknowledged');
     t.equal(await p.frame('changes', changeSet(s0, s1)), 'ok', 'a change set is acknowledged');
     t.equal(await p.frame('changes', changeSet(s1, s2)), 'ok', 'a change set with a shared IP is acknowledged');
@@ -371,7 +293,7 @@ t.test('dry runs of change sets and of a persistent callout', { skip: noJq ? 'jq
 
   await t.test('persistent: bad frames get an error ack and the loop goes on', async (t) => {
     const tmp = tempDir(t, 'kpng-nft-dry-');
-    const p = new Persistent(undefined, { DRY_RUN: '1', TMPDIR: tmp });
+    const p = new PersistentCallout(NFT, undefined, { DRY_RUN: '1', TMPDIR: tmp });
     t.match(await p.send('garbage\n' + full(s0) + '\n'), /^error .*Frame header/, 'no header');
     t.match(await p.send('{"Frame":{"Seq":"x","Input":"full"}}\n\n'), /^error .*header/, 'a header without a numeric Seq');
     t.match(await p.send('{"Frame":{"Seq":3,"Input":"diff"}}\n\n'), /^error .*header/, 'a header with another Input');
@@ -408,7 +330,7 @@ t.test('kpng-example-allip-nft change sets in the kernel', { skip: reason ?? fal
     const ref = await netns(t, 'ref');
     const per = await netns(t, 'per');
     const tmp = tempDir(t, 'kpng-nft-tmp-');
-    const p = new Persistent(per, { TMPDIR: tmp });
+    const p = new PersistentCallout(NFT, per, { TMPDIR: tmp });
     t.teardown(() => void p.child.stdin!.end());
     let prev: Svc[] | undefined;
     for (const { what, state } of steps) {

@@ -18,7 +18,8 @@
  *   kept), hostile strings (nothing injected), foreign rules kept, removal
  *   leaves nothing;
  * - the same through `kpng-callout replay --once`, and for nft through
- *   `replay s1 s2 --changes` (an incremental endpoint move and removal).
+ *   `replay s1 s2 --changes` (an incremental endpoint move and removal) and
+ *   `replay s1 s2 --changes --persistent` (one callout, two frames).
  *
  * A callout whose file is not there yet is skipped, saying so; so is all of
  * it without root, `ip netns` or the tools (labMissing). KPSP_TEST_NFT /
@@ -427,6 +428,25 @@ for (const c of CALLOUTS) {
         }
         const rules = await ruleset(lab, c);
         t.ok(!ALL_IPS.some((ip) => rules.includes(ip)), 'all removed by a change set: no Service IP in the ruleset', { leftover: ALL_IPS.filter((ip) => rules.includes(ip)) });
+      });
+    }
+
+    if (c.changes) {
+      await t.test('persistent: replay s1 s2 --changes --persistent (one callout, frames)', async (t) => {
+        await direct(t, '', 'direct, no Service');
+        const r = await lab.replay(c.path, [STATE1, STATE2], { changes: true, persistent: true });
+        t.equal(r.code, 0, 'replay s1 s2 --changes --persistent exits 0', { stderr: r.stderr });
+        t.match(r.stderr, /frame 1 \(full\) applied/, 'frame 1 applied in full');
+        t.match(r.stderr, /frame 2 \(changes\) applied/, 'frame 2 applied as a change set');
+        for (const fam of FAMILIES) {
+          answered(t, await lab.udp('client', svcIP(fam, I.udp), 53, { n: 2, srcPort: 40056 }), ['pod2'], 8080, `${fam} persistent: UDP -> pod2`);
+          answered(t, await lab.tcp('node', svcIP(fam, I.web), 80, { n: 10, parallel: 5 }), ['pod2'], 8080, `${fam} persistent: web to pod2 only`);
+          refused(t, fam, await lab.tcp('node', svcIP(fam, I.one), 80, { n: 2 }), UNTRANSLATED, `${fam} persistent: "one" is gone`);
+          answered(t, await lab.tcp('client', svcIP(fam, X.local), 80, { n: 4 }), ['pod1'], 8080, `${fam} persistent: the unchanged Services work`);
+        }
+        const want = await ruleset(lab, c);
+        await direct(t, STATE2, 'direct, the second state in full');
+        t.equal(await ruleset(lab, c), want, 'the same ruleset as a run of the second state in full');
       });
     }
 

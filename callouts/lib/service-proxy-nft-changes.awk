@@ -1,0 +1,102 @@
+# service-proxy-nft: the planner's change sets (see service-proxy-nft.awk
+# for the rest of the planning, which this uses): only the changed
+# Services' elements and affinity chains, in one transaction guarded by the
+# gen, ids and dups sets. Sets `bad` (and writes nothing) when the lines
+# repeat a Service or are out of order.
+
+# ---- change set: only the changed Services, guarded ----
+function app(A, k, v) { if (k in A) A[k] = A[k] ", " v; else A[k] = v }
+function changes(   i, n, a, k, t, last, s, c, e, eps, f, m, w, p, z, du, d, keyf, op, np_, kk) {
+	ncmd = 0; nd0 = 0
+	last = ""
+	for (i = 1; i <= nrec; i++) {
+		split(rec[i], a, "\t")
+		t = a[1]; k = a[2] "/" a[3]
+		if (t == "S" && i > 1 && PT[i - 1] == "P" && PK[i - 1] == k) { PT[i] = t; PK[i] = k; continue }
+		if (k in KSEEN) { bad = "change set lines repeated or out of order"; return }
+		KSEEN[k] = 1; PT[i] = t; PK[i] = k
+	}
+	# first everything that goes (Previous lines), then what comes
+	for (op = 1; op <= 2; op++) for (i = 1; i <= nrec; i++) {
+		if ((op == 1) != (PT[i] == "P")) continue
+		delete pneed
+		if (!plan(rec[i], op == 2)) continue
+		if (op == 1) {
+			G1[++ng1] = "delete element " T " gen { " pid " . " phash " }"
+			if (!(i < nrec && PT[i + 1] == "S" && PK[i + 1] == PK[i])) G1[++ng1] = "delete element " T " ids { " pid " }"
+			PREV[pk] = 1
+		} else {
+			if (!(pk in PREV)) G1[++ng1] = "create element " T " ids { " pid " }"
+			G1[++ng1] = "add element " T " gen { " pid " . " phash " }"
+		}
+		for (c = 1; c <= nc; c++) {
+			f = cf[c]
+			if (op == 1) {
+				G1[++ng1] = "create element " T " " (ck[c] == "d" ? "dups" : "dupsnp") f " { " ckey[c] " }"
+				G1[++ng1] = "delete element " T " " (ck[c] == "d" ? "dups" : "dupsnp") f " { " ckey[c] " }"
+				app(DEL, cmap[c], ckey[c])
+			} else app(ADD, cmap[c], ckey[c] " : " cverd[c])
+			if (ceps[c] != "") {
+				n = split(ceps[c], eps, "|")
+				m = (ck[c] == "d" ? "ep" : "epnp") f "_" n
+				for (e = 1; e <= n; e++) {
+					if (op == 1) app(DEL, m, ckey[c] " . " (e - 1))
+					else app(ADD, m, ckey[c] " . " (e - 1) " : " eps[e])
+				}
+			}
+			if (cepsu[c] != "" && op == 2) {
+				n = split(cepsu[c], eps, "|")
+				for (e = 1; e <= n; e++) { split(eps[e], w, " "); if (!((f, w[1]) in HPA)) { HPA[f, w[1]] = 1; app(ADD, "hairpin" f, w[1] " . " w[1]) } }
+			}
+			if (cudp[c] != "") {
+				split(cudp[c], du, " ")
+				z = f == 4 ? "0.0.0.0" : "::"
+				n = cepsu[c] == "" ? 0 : split(cepsu[c], eps, "|")
+				if (!n) { eps[1] = z " x"; n = 1 }
+				for (e = 1; e <= n; e++) {
+					split(eps[e], w, " ")
+					kk = f SUBSEP du[1] SUBSEP du[2] SUBSEP w[1]
+					if (op == 1) { if (!(kk in CU1)) { CU1[kk] = 1; app(DEL, "udp" f, du[1] " . " du[2] " . " w[1]) } }
+					else {
+						if (!(kk in CU2)) { CU2[kk] = 1; app(ADD, "udp" f, du[1] " . " du[2] " . " w[1]) }
+						if (w[1] != z) NEWR[f, du[1], du[2]] = 1
+					}
+				}
+			}
+		}
+		for (c = 1; c <= na; c++) {
+			split(aobj[c], p, "\t")
+			if (op == 1) { if (p[1] == "set") DS[++nds] = "delete set " T " " p[2]; else if (substr(p[2], 1, 1) == "a") DCa[++ndca] = "delete chain " T " " p[2]; else DCe[++ndce] = "delete chain " T " " p[2] }
+			else if (p[1] == "set") AS[++nas] = "add set " T " " p[2] " " p[3]
+			else { AC[++nac] = "add chain " T " " p[2]; n = split(substr(aobj[c], length(p[2]) + 8), w, "\n"); for (e = 1; e <= n; e++) { sub(/^\t+/, "", w[e]); AC[++nac] = "add rule " T " " p[2] " " w[e] } }
+		}
+		if (op == 2) for (k in pneed) { split(k, p, SUBSEP); if (!(k in PN) && p[3] + 0 > PRE) { PN[k] = 1; if (p[2] == "x") PN[p[1], "p", p[3]] = 0; if (p[2] == "m") PN[p[1], "n", p[3]] = 0 } }
+	}
+	if (!ng1) { if (!dry) warn("change set: nothing to do"); close(ctfile); return }
+	out = script
+	for (i = 1; i <= ng1; i++) print G1[i] > out
+	for (m in DEL) print "delete element " T " " m " { " DEL[m] " }" > out
+	for (i = 1; i <= ndca; i++) print DCa[i] > out
+	for (i = 1; i <= ndce; i++) print DCe[i] > out
+	for (i = 1; i <= nds; i++) print DS[i] > out
+	# shared chains first the plain ones (the marking ones jump to them)
+	for (k in PN) { split(k, p, SUBSEP); if (p[2] == "p" || p[2] == "n") print pchain(p[1], p[2], p[3], "add") > out }
+	for (k in PN) { split(k, p, SUBSEP); if (p[2] == "x" || p[2] == "m") print pchain(p[1], p[2], p[3], "add") > out }
+	for (i = 1; i <= nas; i++) print AS[i] > out
+	for (i = 1; i <= nac; i++) print AC[i] > out
+	for (m in ADD) {
+		if (m ~ /^(svc|noep|np|noepnp)/) print "create element " T " " m " { " ADD[m] " }" > out
+		else print "add element " T " " m " { " ADD[m] " }" > out
+	}
+	close(out)
+	wrote = 1
+	# conntrack: endpoints that went, destinations that had none and now have some
+	for (kk in CU1) {
+		split(kk, p, SUBSEP)
+		z = p[1] == 4 ? "0.0.0.0" : "::"
+		if (p[4] == z) { if ((p[1], p[2], p[3]) in NEWR) ct_out(p[1], p[2], p[3], "-") }
+		else if (!(kk in CU2)) ct_out(p[1], p[2], p[3], p[4])
+	}
+	close(ctfile)
+	if (!dry) warn("change set: " nrec " line(s) applied")
+}
