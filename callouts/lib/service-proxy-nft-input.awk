@@ -12,6 +12,7 @@
 #                    eldir/SEQ.*), the conntrack deletions `ctfile`.SEQ
 #   ok               nothing to apply (a change set that changes nothing)
 #   error WHY        the frame does not read; nothing is applied
+#   end              (last) all of the input was read
 # A full frame first lists the kernel's sets udp4/udp6 (`oldudp`), which the
 # runner allows: it sends a frame only once the one before was acknowledged.
 # Variables: prog, table, framed, input (per run), dry, script, ctfile,
@@ -48,8 +49,9 @@ $1 == "S" || $1 == "P" {
 }
 { if (bad == "") bad = "cannot read the state" }
 END {
-	# persistent: a frame cut short by the end of input is not applied
-	if (framed) exit zseen ? 0 : 1
+	# persistent: a frame cut short by the end of input is not applied; "end"
+	# tells the frame loop that all of the input was read
+	if (framed) { if (zseen) reply("end"); exit zseen ? 0 : 1 }
 	if (!zseen && bad == "") bad = "the state was not read to its end"
 	if (bad != "") { warn(bad "; nothing changed"); exit 1 }
 	plan_end()
