@@ -68,3 +68,31 @@ t.test('replayed states are packed too', async (t) => {
   const s = stateFromItems(Array.from({ length: 70 }, (_, i) => ({ Service: svc(name(i)), Endpoints: [] })));
   checkPacked(t, s, 'stateFromItems');
 });
+
+t.test('consecutive states share the line arrays of the blocks a change did not touch', async (t) => {
+  const { changeSet } = await import('../src/changes.js');
+  const { sameState } = await import('../src/state.js');
+  const store = new Store();
+  for (let i = 0; i < 300; i++) store.setService(`ns/${name(i)}`, svc(name(i)));
+  const s1 = store.snapshot();
+  t.equal(s1.lineBlocks!.length, s1.blocks!.length, 'one line array per block');
+  t.same(s1.lineBlocks!.flat(), s1.lines, 'lines are the blocks’ line arrays, in order');
+  store.setService(`ns/${name(130)}`, svc(name(130), 81));
+  const s2 = store.snapshot();
+  const shared = s2.lineBlocks!.map((b, i) => b === s1.lineBlocks![i]);
+  t.same(shared, [true, true, false, true, true], 'only the block of the changed Service has new line arrays');
+  t.equal(s1.lines[130]!.toString().includes('"Port":80'), true, 'the earlier state is unchanged');
+  t.equal(s2.lines[130]!.toString().includes('"Port":81'), true, 'the new state has the change');
+  const copy = { ...s2 };
+  t.same(copy.lines, s2.lines, '{ ...state } keeps its lines');
+  // The same answers as for plain states of the same lines.
+  const plain = (s: State): State => ({ lines: [...s.lines], services: s.services, endpoints: s.endpoints, bytes: s.bytes, keys: s.keys });
+  t.equal(sameState(s1, s2), false, 'sameState: different');
+  t.equal(sameState(s2, store.snapshot()), true, 'sameState: the same state again');
+  const c = changeSet(s1, s2);
+  const cp = changeSet(plain(s1), plain(s2));
+  t.equal(Buffer.concat(c.chunks as Buffer[]).toString(), Buffer.concat(cp.chunks as Buffer[]).toString(), 'changeSet: the same as from plain states');
+  t.match(Buffer.concat(c.chunks as Buffer[]).toString(), /^\{"Previous":.*"Port":80.*\}\n.*"Port":81/s, 'Previous line, then the new one');
+  store.setService(`ns/${name(130)}`, svc(name(130), 80));
+  t.equal(sameState(s1, store.snapshot()), true, 'changed back: the same as the first state (bytes compared in the unshared block)');
+});
