@@ -16,7 +16,8 @@
  * block's lines (~100 KB), never two 15 MB states (measured: ~2 ms when the
  * keys were compared as strings, well under 0.1 ms so).
  */
-import { comparePaths, forDifferentLines, type State } from './state.js';
+import { forDifferentLines } from './line-blocks.js';
+import { comparePaths, type State } from './state.js';
 
 /** What one run's stdin carries. */
 export interface Input {
@@ -56,7 +57,7 @@ export function changeSet(prev: State, next: State): Input {
   // Service comes or goes), so line i is Service i in both: references compared, nothing else.
   if (prev.keys !== undefined && prev.keys === next.keys && prev.services === next.services) {
     // Only the blocks the two states do not share (state.ts `lineBlocks`), when they have them.
-    forDifferentLines(prev, next, (_i, a, b) => {
+    forDifferentLines(prev, next, (a, b) => {
       if (a !== b && !a.equals(b)) {
         previous(a);
         add(b);

@@ -5,7 +5,7 @@
  * Service or one of its endpoints changed.
  */
 import { compareUtf8, encodeEndpoint, encodeLine, encodeService, encodeServiceEndpoints } from './gojson.js';
-import { LINES_PER_BLOCK, packBlock, packLines } from './line-blocks.js';
+import { forDifferentLines, LINES_PER_BLOCK, packBlock, packedState, packLines } from './line-blocks.js';
 import type { Endpoint, Service, ServiceEndpoints } from './model.js';
 
 /** A complete node-local state, as the callout receives it. Immutable. */
@@ -56,55 +56,14 @@ export function stateFromItems(items: readonly ServiceEndpoints[]): State {
   };
 }
 
-/**
- * A state of the store: `lines` is made from `lineBlocks` when first read
- * (an own enumerable property, so that `{ ...state }` keeps it): a
- * one-Service change allocates one block's array of views, not a copy of
- * every line's (at 10,000 Services, 80 KB per state, most of what each
- * revision left for the young-generation collector; measured by
- * bench/run.js (m)).
- */
-function packedState(blocks: readonly Buffer[], lineBlocks: readonly (readonly Buffer[])[], keys: readonly string[], endpoints: number, bytes: number): State {
-  let flat: readonly Buffer[] | undefined;
-  const state = { blocks, lineBlocks, keys, services: keys.length, endpoints, bytes } as State;
-  Object.defineProperty(state, 'lines', { enumerable: true, get: () => (flat ??= lineBlocks.flat()) });
-  return state;
-}
-
-/** Calls `f` for each line index at which `a` and `b` (same Services, same order) may differ: all of them, or, when both have `lineBlocks`, those of the blocks they do not share. */
-export function forDifferentLines(a: State, b: State, f: (i: number, x: Buffer, y: Buffer) => boolean | void): void {
-  const ab = a.lineBlocks;
-  const bb = b.lineBlocks;
-  if (ab && bb && ab.length === bb.length) {
-    for (let k = 0; k < ab.length; k++) {
-      const x = ab[k]!;
-      const y = bb[k]!;
-      if (x === y) continue;
-      for (let i = 0; i < x.length; i++) if (f(k * LINES_PER_BLOCK + i, x[i]!, y[i]!) === false) return;
-    }
-    return;
-  }
-  const al = a.lines;
-  const bl = b.lines;
-  for (let i = 0; i < al.length; i++) if (f(i, al[i]!, bl[i]!) === false) return;
-}
-
 /** True when two states would give the callout byte-identical input. */
 export function sameState(a: State, b: State): boolean {
   if (a === b) return true;
   if (a.bytes !== b.bytes || a.services !== b.services) return false;
-  if (a.lineBlocks && b.lineBlocks && a.lineBlocks.length === b.lineBlocks.length) {
-    let same = true;
-    forDifferentLines(a, b, (_i, x, y) => (same = x === y || x.equals(y)));
-    return same;
-  }
-  if (a.lines.length !== b.lines.length) return false;
-  for (let i = 0; i < a.lines.length; i++) {
-    const x = a.lines[i]!;
-    const y = b.lines[i]!;
-    if (x !== y && !x.equals(y)) return false;
-  }
-  return true;
+  if (!(a.lineBlocks && b.lineBlocks) && a.lines.length !== b.lines.length) return false;
+  let same = true;
+  forDifferentLines(a, b, (x, y) => (same = x === y || x.equals(y)));
+  return same;
 }
 
 /** The whole state as one string (tests, small outputs). */
