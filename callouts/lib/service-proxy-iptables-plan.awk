@@ -191,28 +191,37 @@ function jumps(t, hook, rule,   n) {
 	if (n == 0) print "-I " hook " 1 " rule
 	for (; n > 1; n--) print "-D " hook " " rule
 }
+# A table of the restore, up to its jumps: our chains declared (so emptied),
+# the chains of ours no longer wanted emptied too, then our rules.
+function table_start(t, chains, nc, rules, nr,   i) {
+	print "*" t
+	for (i = 1; i <= nc; i++) print ":" chains[i] " - [0:0]"
+	stale(t, ":", " - [0:0]")
+	for (i = 1; i <= nr; i++) print rules[i]
+}
+# ... and after its jumps: the chains no longer wanted deleted.
+function table_end(t) {
+	stale(t, "-X ", "")
+	print "COMMIT"
+}
+# Prints PRE CHAIN POST for each chain of ours in table t that is no longer wanted.
+function stale(t, pre, post,   i, tc) {
+	for (i = 1; i <= nhad; i++) { split(hadc[i], tc, SUBSEP); if (tc[1] == t && !((t, tc[2]) in want)) print pre tc[2] post }
+}
 END {
 	flush()
 	for (i = 1; i <= nnp; i++) nat(nodeports[i])
 	nat("-A KPNG-SP-SERVICES -m addrtype --dst-type LOCAL -j KPNG-SP-NODEPORTS")
-	print "*nat"
-	for (i = 1; i <= nnatc; i++) print ":" natc[i] " - [0:0]"
-	for (i = 1; i <= nhad; i++) { split(hadc[i], tc, SUBSEP); if (tc[1] == "nat" && !(("nat", tc[2]) in want)) print ":" tc[2] " - [0:0]" }
-	for (i = 1; i <= nnat; i++) print natr[i]
+	table_start("nat", natc, nnatc, natr, nnat)
 	jumps("nat", "PREROUTING", "-j KPNG-SP-SERVICES")
 	jumps("nat", "OUTPUT", "-j KPNG-SP-SERVICES")
 	jumps("nat", "POSTROUTING", "-j KPNG-SP-POSTROUTING")
-	for (i = 1; i <= nhad; i++) { split(hadc[i], tc, SUBSEP); if (tc[1] == "nat" && !(("nat", tc[2]) in want)) print "-X " tc[2] }
-	print "COMMIT"
-	print "*filter"
-	for (i = 1; i <= nfilc; i++) print ":" filc[i] " - [0:0]"
-	for (i = 1; i <= nhad; i++) { split(hadc[i], tc, SUBSEP); if (tc[1] == "filter" && !(("filter", tc[2]) in want)) print ":" tc[2] " - [0:0]" }
-	for (i = 1; i <= nfil; i++) print filr[i]
+	table_end("nat")
+	table_start("filter", filc, nfilc, filr, nfil)
 	jumps("filter", "INPUT", "-m conntrack --ctstate NEW -j KPNG-SP-SERVICES")
 	jumps("filter", "FORWARD", "-m conntrack --ctstate NEW -j KPNG-SP-SERVICES")
 	jumps("filter", "OUTPUT", "-m conntrack --ctstate NEW -j KPNG-SP-SERVICES")
-	for (i = 1; i <= nhad; i++) { split(hadc[i], tc, SUBSEP); if (tc[1] == "filter" && !(("filter", tc[2]) in want)) print "-X " tc[2] }
-	print "COMMIT"
+	table_end("filter")
 	# UDP conntrack: endpoints that went away, destinations that got endpoints.
 	if (!(("nat", "KPNG-SP-SERVICES") in had)) exit 0
 	for (k in newkey) {

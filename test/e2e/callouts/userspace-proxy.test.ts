@@ -63,6 +63,16 @@ const tally = (as: Answer[]): Record<string, number> => {
 };
 const POD_TCP = /^pod[12]:8080$/;
 
+/** Each address of the Service under test (ClusterIP, ExternalIP, then the node's for the NodePort), both families, with its port. */
+const destinations = (port: number, nodePort: number): Array<readonly [string, number]> => [
+  ['192.0.2.10', port],
+  ['2001:db8:e::10', port],
+  ['192.0.2.20', port],
+  ['2001:db8:e::20', port],
+  [NODE.v4, nodePort],
+  [NODE.v6, nodePort],
+];
+
 t.test('userspace-proxy with real traffic', { skip: reason ?? false }, async (t) => {
   const lab = new UserspaceLab('e2e');
   t.teardown(() => lab.close());
@@ -93,14 +103,7 @@ t.test('userspace-proxy with real traffic', { skip: reason ?? false }, async (t)
 
   await t.test('TCP through ClusterIP, ExternalIP and NodePort, both families, from the client and from the node', async (t) => {
     for (const [from, agent] of [['client', client], ['node', node]] as const) {
-      for (const [addr, port] of [
-        ['192.0.2.10', 80],
-        ['2001:db8:e::10', 80],
-        ['192.0.2.20', 80],
-        ['2001:db8:e::20', 80],
-        [NODE.v4, 30080],
-        [NODE.v6, 30080],
-      ] as const) {
+      for (const [addr, port] of destinations(80, 30080)) {
         const got = answers(await agent.tcp(addr, port, 2));
         t.ok(got.every((r) => POD_TCP.test(r)), `${from} -> ${addr}:${port}`, { got });
       }
@@ -109,14 +112,7 @@ t.test('userspace-proxy with real traffic', { skip: reason ?? false }, async (t)
 
   await t.test('UDP through ClusterIP, ExternalIP and NodePort, both families; replies come from the Service address', async (t) => {
     for (const [from, agent] of [['client', client], ['node', node]] as const) {
-      for (const [addr, port] of [
-        ['192.0.2.10', 5353],
-        ['2001:db8:e::10', 5353],
-        ['192.0.2.20', 5353],
-        ['2001:db8:e::20', 5353],
-        [NODE.v4, 30053],
-        [NODE.v6, 30053],
-      ] as const) {
+      for (const [addr, port] of destinations(5353, 30053)) {
         const [a] = await agent.udp(addr, port, 1, false, `hi-${from}`);
         t.match(a?.r, new RegExp(`^pod[12]:8080 hi-${from}$`), `${from} -> ${addr}:${port}/udp`);
         t.equal(a?.from, `${addr} ${port}`, 'the reply is from the address and port the client sent to');
