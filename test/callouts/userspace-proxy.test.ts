@@ -11,7 +11,7 @@
  */
 import t from 'tap';
 import { spawn } from 'node:child_process';
-import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { pathToFileURL } from 'node:url';
@@ -332,7 +332,7 @@ t.test('a copy outside this package (CommonJS there) runs the same', async (t) =
   const dir = tempDir(t, 'kpng-usp-copy-');
   mkdirSync(join(dir, 'lib'));
   copyFileSync(repoPath('callouts/userspace-proxy'), join(dir, 'userspace-proxy'));
-  copyFileSync(libPath, join(dir, 'lib/userspace-proxy.mjs'));
+  for (const f of readdirSync(repoPath('callouts/lib')).filter((n) => n.startsWith('userspace-proxy'))) copyFileSync(repoPath(`callouts/lib/${f}`), join(dir, 'lib', f));
   const p = persistent(join(dir, 'userspace-proxy'));
   t.equal(await p.frame(`{"Frame":{"Seq":1,"Input":"full"}}\n${quiet}\n\n`), 'ok');
   t.equal(await p.end(), 0);

@@ -1,0 +1,71 @@
+// userspace-proxy: choosing an endpoint (round robin, ClientIP affinity),
+// and resetting a socket. See userspace-proxy.mjs.
+
+
+/** Resets a socket (RST) when it can, else destroys it. */
+export function reset(sock) {
+  if (typeof sock.resetAndDestroy === 'function' && !sock.destroyed) {
+    try {
+      sock.resetAndDestroy();
+      return;
+    } catch {
+      // fall through
+    }
+  }
+  sock.destroy();
+}
+
+/** An endpoint chooser for one (Service port, scope, family): round robin, and ClientIP affinity. */
+export class Backend {
+  constructor(key) {
+    this.key = key;
+    this.endpoints = [];
+    this.ids = new Set();
+    this.next = 0;
+    this.affinityMs = 0;
+    /** client IP -> { id, until } */
+    this.affinity = new Map();
+  }
+
+  update(plan) {
+    this.endpoints = plan.endpoints;
+    this.ids = new Set(plan.endpoints.map((e) => e.id));
+    this.affinityMs = plan.affinityMs;
+    if (!this.affinityMs) this.affinity.clear();
+    if (this.next >= this.endpoints.length) this.next = 0;
+  }
+
+  has(id) {
+    return this.ids.has(id);
+  }
+
+  /** The endpoint for a new connection from `clientIp`, skipping those in `tried`; undefined when none is left. */
+  pick(clientIp, tried, now) {
+    const eps = this.endpoints;
+    if (eps.length === 0) return undefined;
+    if (this.affinityMs && tried.size === 0) {
+      const a = this.affinity.get(clientIp);
+      if (a && a.until > now) {
+        const ep = eps.find((e) => e.id === a.id);
+        if (ep) {
+          a.until = now + this.affinityMs;
+          return ep;
+        }
+      }
+    }
+    for (let i = 0; i < eps.length; i++) {
+      const ep = eps[(this.next + i) % eps.length];
+      if (tried.has(ep.id)) continue;
+      this.next = (this.next + i + 1) % eps.length;
+      if (this.affinityMs) this.affinity.set(clientIp, { id: ep.id, until: now + this.affinityMs });
+      return ep;
+    }
+    return undefined;
+  }
+
+  sweep(now) {
+    for (const [ip, a] of this.affinity) if (a.until <= now || !this.ids.has(a.id)) this.affinity.delete(ip);
+  }
+}
+
+/** The running proxy: listeners, backends, connections. */
