@@ -27,22 +27,22 @@
  * connection / datagram with `<pod> <source address it sees> <its port>`.
  * Long-lived agents (in the client, the node and pod1, for hairpin traffic)
  * make connections on request, many in parallel, and report for each the
- * answer or the error and how long it took.
+ * answer or the error and how long it took (both programs: service-agents.ts).
  *
  * A state is a list of `ServiceSpec`s, written as kpng prints it (Go's JSON,
- * zero values left out, kpng's order). `direct` runs a callout on it in the
+ * zero values left out, kpng's order; service-states.ts). `direct` runs a callout on it in the
  * node namespace (stdin = the state), `replay` runs it through
  * `kpng-callout replay`. Needs root, `ip netns`, nft, iptables, conntrack, jq.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { binArgv } from './bin-process.js';
 import { mustRun, runCommand, type CommandResult } from './command.js';
 import { netnsMissing } from './netns.js';
 import { tempDir, untilExit } from './files.js';
-import { pollUntil, within } from './wait.js';
+import { Agent, SERVER, type Conn, type ConnOptions } from './service-agents.js';
+import { pollUntil } from './wait.js';
 
 const TOOLS = ['ip', 'nft', 'iptables', 'ip6tables', 'iptables-save', 'ip6tables-save', 'iptables-restore', 'ip6tables-restore', 'conntrack', 'jq', 'sysctl'];
 
@@ -95,228 +95,6 @@ export const UNTRANSLATED: readonly string[] = ['EHOSTUNREACH', 'ENETUNREACH', '
 
 /** The ports every pod serves, TCP and UDP. */
 export const POD_PORTS = [8080, 9090, 8443] as const;
-
-// ---------------------------------------------------------------- states
-
-export const PROTO = { TCP: 1, UDP: 2, SCTP: 3 } as const;
-
-export interface PortSpec {
-  name?: string;
-  protocol?: keyof typeof PROTO;
-  port: number;
-  nodePort?: number;
-  targetPort?: number;
-  targetPortName?: string;
-}
-
-export interface EndpointSpec {
-  pod: PodName;
-  /** Runs on this node. */
-  local?: boolean;
-  /** Scopes; absent: the key is left out (which means both). */
-  scopes?: { internal?: boolean; external?: boolean };
-  portOverrides?: Array<{ name?: string; port: number }>;
-  /** Which of the pod's addresses it has (default both, as two endpoints, one per family, as EndpointSlices give). */
-  families?: Family[];
-}
-
-export interface IPs {
-  v4?: string[];
-  v6?: string[];
-}
-
-export interface ServiceSpec {
-  namespace?: string;
-  name: string;
-  type?: string;
-  clusterIPs?: IPs;
-  headless?: boolean;
-  externalIPs?: IPs;
-  lbIPs?: IPs;
-  ports: PortSpec[];
-  /** SessionAffinity ClientIP with this timeout. */
-  affinity?: number;
-  externalTrafficToLocal?: boolean;
-  internalTrafficToLocal?: boolean;
-  /** null or absent: `"Endpoints":null`. */
-  endpoints?: EndpointSpec[] | null;
-}
-
-const ipSet = (s: IPs | undefined): Record<string, string[]> => ({
-  ...(s?.v4?.length ? { V4: s.v4 } : {}),
-  ...(s?.v6?.length ? { V6: s.v6 } : {}),
-});
-
-/** The object kpng prints for a Service (keys in Go's declaration order, zero values left out). */
-export function serviceObject(s: ServiceSpec): { Service: Record<string, unknown>; Endpoints: unknown[] | null } {
-  const ips: Record<string, unknown> = { ClusterIPs: ipSet(s.clusterIPs), ExternalIPs: ipSet(s.externalIPs) };
-  if (s.lbIPs?.v4?.length || s.lbIPs?.v6?.length) ips.LoadBalancerIPs = ipSet(s.lbIPs);
-  if (s.headless) ips.Headless = true;
-  const ports = s.ports.map((p) => ({
-    ...(p.name ? { Name: p.name } : {}),
-    Protocol: PROTO[p.protocol ?? 'TCP'],
-    Port: p.port,
-    ...(p.nodePort ? { NodePort: p.nodePort } : {}),
-    ...(p.targetPort ? { TargetPort: p.targetPort } : {}),
-    ...(p.targetPortName ? { TargetPortName: p.targetPortName } : {}),
-  }));
-  const service: Record<string, unknown> = { Namespace: s.namespace ?? 'default', Name: s.name, Type: s.type ?? 'ClusterIP', IPs: ips, Ports: ports };
-  if (s.externalTrafficToLocal) service.ExternalTrafficToLocal = true;
-  service.SessionAffinity = s.affinity !== undefined ? { ClientIP: s.affinity ? { TimeoutSeconds: s.affinity } : {} } : null;
-  if (s.internalTrafficToLocal) service.InternalTrafficToLocal = true;
-  const endpoints: unknown[] = [];
-  for (const e of s.endpoints ?? []) {
-    for (const fam of e.families ?? FAMILIES) {
-      const ep: Record<string, unknown> = { Hostname: e.pod, IPs: { [fam === 'v4' ? 'V4' : 'V6']: [PODS[e.pod][fam]] } };
-      if (e.local) ep.Local = true;
-      if (e.portOverrides?.length) ep.PortOverrides = e.portOverrides.map((o) => ({ ...(o.name ? { Name: o.name } : {}), Port: o.port }));
-      if (e.scopes) ep.Scopes = { ...(e.scopes.internal ? { Internal: true } : {}), ...(e.scopes.external ? { External: true } : {}) };
-      endpoints.push(ep);
-    }
-  }
-  return { Service: service, Endpoints: endpoints.length ? endpoints : null };
-}
-
-/** kpng's order of Service keys: bytes, "/" before any other byte (ASCII names here). */
-export function kpngCompare(a: string, b: string): number {
-  const rank = (c: number) => (c === 0x2f ? -1 : c);
-  for (let i = 0; i < Math.min(a.length, b.length); i++) {
-    if (a.charCodeAt(i) !== b.charCodeAt(i)) return rank(a.charCodeAt(i)) - rank(b.charCodeAt(i));
-  }
-  return a.length - b.length;
-}
-
-/** A state (one line per Service, kpng's order): from specs, or from objects a test has bent (hostile input). */
-export function stateText(services: Array<ServiceSpec | ReturnType<typeof serviceObject>>): string {
-  const objs = services.map((s) => ('Service' in s ? s : serviceObject(s)));
-  const key = (o: ReturnType<typeof serviceObject>) => `${String(o.Service.Namespace)}/${String(o.Service.Name)}`;
-  return objs
-    .sort((a, b) => kpngCompare(key(a), key(b)))
-    .map((o) => JSON.stringify(o) + '\n')
-    .join('');
-}
-
-// ---------------------------------------------------------------- the agents
-
-/** What one connection or exchange gave. */
-export interface Conn {
-  /** The answer: the pod, the source it saw, its port; undefined when it failed. */
-  pod?: string;
-  src?: string;
-  port?: number;
-  /** Why it failed: an errno code (ECONNREFUSED...), 'timeout', or 'closed' (no answer). */
-  err?: string;
-  /** How long it took, in ms. */
-  ms: number;
-}
-
-export interface ConnOptions {
-  /** How many connections (default 1). */
-  n?: number;
-  /** How many at a time (default 1). */
-  parallel?: number;
-  /** Per connection (default 1500 ms). */
-  timeoutMs?: number;
-  /** UDP: the source port (each exchange then uses it, one after the other). */
-  srcPort?: number;
-}
-
-/** The agent: JSON requests on stdin, one JSON answer per line on stdout. */
-const AGENT = String.raw`
-const net = require('node:net');
-const dgram = require('node:dgram');
-const rl = require('node:readline').createInterface({ input: process.stdin });
-const clean = (a) => (a || '').replace(/^::ffff:/, '');
-function parse(text) {
-  const [pod, src, port] = text.trim().split(' ');
-  return pod ? { pod, src, port: Number(port) } : { err: 'closed' };
-}
-function tcp(r) {
-  return new Promise((resolve) => {
-    const t0 = Date.now();
-    let text = '';
-    let done = false;
-    const finish = (o) => { if (!done) { done = true; clearTimeout(timer); s.destroy(); resolve({ ...o, ms: Date.now() - t0 }); } };
-    const s = net.connect({ host: r.addr, port: r.port });
-    const timer = setTimeout(() => finish({ err: 'timeout' }), r.timeoutMs);
-    s.setEncoding('utf8');
-    s.on('data', (d) => (text += d));
-    s.on('end', () => finish(parse(text)));
-    s.on('error', (e) => finish({ err: e.code || String(e) }));
-  });
-}
-function udp(r) {
-  return new Promise((resolve) => {
-    const t0 = Date.now();
-    let done = false;
-    const s = dgram.createSocket({ type: r.addr.includes(':') ? 'udp6' : 'udp4', reuseAddr: true });
-    const finish = (o) => { if (!done) { done = true; clearTimeout(timer); try { s.close(); } catch {} resolve({ ...o, ms: Date.now() - t0 }); } };
-    const timer = setTimeout(() => finish({ err: 'timeout' }), r.timeoutMs);
-    s.on('error', (e) => finish({ err: e.code || String(e) }));
-    s.on('message', (m) => finish(parse(m.toString('utf8'))));
-    s.bind(r.srcPort || 0, () => s.connect(r.port, r.addr, (e) => (e ? finish({ err: e.code || String(e) }) : s.send('x'))));
-  });
-}
-rl.on('line', async (line) => {
-  const r = JSON.parse(line);
-  const one = r.op === 'udp' ? udp : tcp;
-  const out = new Array(r.n);
-  let next = 0;
-  const parallel = r.srcPort ? 1 : Math.max(1, r.parallel);
-  await Promise.all(Array.from({ length: Math.min(parallel, r.n) }, async () => {
-    while (next < r.n) { const i = next++; out[i] = await one(r); }
-  }));
-  process.stdout.write(JSON.stringify({ id: r.id, out }) + '\n');
-});
-`;
-
-/** The pod server: TCP and UDP on every port of POD_PORTS, answering `<pod> <source> <port>`. */
-const SERVER = String.raw`
-const net = require('node:net');
-const dgram = require('node:dgram');
-const [pod, ports] = [process.argv[1], JSON.parse(process.argv[2])];
-const clean = (a) => (a || '').replace(/^::ffff:/, '');
-for (const port of ports) {
-  net.createServer((s) => { s.on('error', () => {}); s.end(pod + ' ' + clean(s.remoteAddress) + ' ' + port + '\n'); }).listen(port, '::');
-  const u = dgram.createSocket({ type: 'udp6', ipv6Only: false });
-  u.on('message', (m, rinfo) => u.send(pod + ' ' + clean(rinfo.address) + ' ' + port + '\n', rinfo.port, rinfo.address));
-  u.bind(port, '::');
-}
-`;
-
-class Agent {
-  private readonly child: ChildProcess;
-  private readonly waiting = new Map<number, (out: Conn[]) => void>();
-  private seq = 0;
-  private stderr = '';
-
-  constructor(ns: string) {
-    this.child = spawn('ip', ['netns', 'exec', ns, process.execPath, '-e', AGENT], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-      env: { PATH: process.env.PATH },
-    });
-    this.child.stdin!.on('error', () => {});
-    this.child.stderr!.setEncoding('utf8').on('data', (d: string) => (this.stderr += d));
-    createInterface(this.child.stdout!).on('line', (l) => {
-      const { id, out } = JSON.parse(l) as { id: number; out: Conn[] };
-      this.waiting.get(id)?.(out);
-      this.waiting.delete(id);
-    });
-  }
-
-  run(op: 'tcp' | 'udp', addr: string, port: number, o: ConnOptions = {}): Promise<Conn[]> {
-    const id = ++this.seq;
-    const req = { id, op, addr, port, n: o.n ?? 1, parallel: o.parallel ?? 1, timeoutMs: o.timeoutMs ?? 1500, srcPort: o.srcPort ?? 0 };
-    const answer = new Promise<Conn[]>((resolve) => this.waiting.set(id, resolve));
-    this.child.stdin!.write(JSON.stringify(req) + '\n');
-    const bound = (req.timeoutMs + 500) * Math.ceil(req.n / (req.srcPort ? 1 : req.parallel)) + 15_000;
-    return within(answer, () => `the agent's answer to ${op} ${addr} ${port} (agent stderr: ${this.stderr})`, bound);
-  }
-
-  kill(): void {
-    this.child.kill('SIGKILL');
-  }
-}
 
 // ---------------------------------------------------------------- the lab
 

@@ -40,15 +40,12 @@ import {
   NODE,
   NODE_ADDRS,
   ServiceLab,
-  serviceObject,
-  stateText,
   svcIP,
   UNTRANSLATED,
-  type Conn,
-  type EndpointSpec,
   type Family,
-  type ServiceSpec,
 } from '../../helpers/service-lab.js';
+import type { Conn } from '../../helpers/service-agents.js';
+import { serviceObject, stateText, type EndpointSpec, type ServiceSpec } from '../../helpers/service-states.js';
 
 interface Callout {
   name: string;
