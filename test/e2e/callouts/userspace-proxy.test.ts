@@ -9,7 +9,8 @@
  * ones. Needs root and `ip netns`; skips (saying why) without them.
  */
 import t from 'tap';
-import { labMissing, NODE, stateOf, UserspaceLab, type Answer, type Svc } from '../../helpers/userspace-lab.js';
+import type { Answer } from '../../helpers/userspace-agents.js';
+import { labMissing, NODE, stateOf, UserspaceLab, type Svc } from '../../helpers/userspace-lab.js';
 import { pollUntil } from '../../helpers/wait.js';
 
 const reason = await labMissing();
