@@ -45,14 +45,17 @@ export function packBlock(parts: readonly (string | Buffer)[], lines: Buffer[], 
   return block;
 }
 
-/** Packs every line (strings or bytes) into blocks; fills `lines` with the views and returns the blocks. */
-export function packLines(parts: readonly (string | Buffer)[], lines: Buffer[]): Buffer[] {
+/** Packs every line (strings or bytes) into blocks: the blocks, and each block's lines (views). */
+export function packLines(parts: readonly (string | Buffer)[]): { blocks: Buffer[]; lineBlocks: Buffer[][] } {
   const blocks: Buffer[] = new Array(Math.ceil(parts.length / LINES_PER_BLOCK));
+  const lineBlocks: Buffer[][] = new Array(blocks.length);
   for (let b = 0; b < blocks.length; b++) {
-    const at = b * LINES_PER_BLOCK;
-    blocks[b] = packBlock(parts.slice(at, at + LINES_PER_BLOCK), lines, at);
+    const slice = parts.slice(b * LINES_PER_BLOCK, (b + 1) * LINES_PER_BLOCK);
+    const views: Buffer[] = new Array(slice.length);
+    blocks[b] = packBlock(slice, views, 0);
+    lineBlocks[b] = views;
   }
-  return blocks;
+  return { blocks, lineBlocks };
 }
 
 /**

@@ -44,16 +44,14 @@ export const emptyState: State = Object.freeze({ lines: Object.freeze([]) as rea
 
 /** Builds a state from already grouped items, keeping their order (replay). */
 export function stateFromItems(items: readonly ServiceEndpoints[]): State {
-  const lines: Buffer[] = new Array(items.length);
-  const blocks = packLines(items.map((it) => encodeServiceEndpoints(it)), lines);
-  return {
-    lines,
+  const { blocks, lineBlocks } = packLines(items.map((it) => encodeServiceEndpoints(it)));
+  return packedState(
     blocks,
-    keys: items.map((it) => `${it.Service.Namespace ?? ''}/${it.Service.Name ?? ''}`),
-    services: items.length,
-    endpoints: items.reduce((n, it) => n + it.Endpoints.length, 0),
-    bytes: lines.reduce((n, l) => n + l.length, 0),
-  };
+    lineBlocks,
+    items.map((it) => `${it.Service.Namespace ?? ''}/${it.Service.Name ?? ''}`),
+    items.reduce((n, it) => n + it.Endpoints.length, 0),
+    blocks.reduce((n, b) => n + b.length, 0),
+  );
 }
 
 /** True when two states would give the callout byte-identical input. */
