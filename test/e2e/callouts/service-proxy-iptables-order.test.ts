@@ -163,6 +163,7 @@ t.test('in a namespace: the layout before this one, a removed endpoint, a remove
   const next = [service(0, 3), service(1, 2)].sort().join('\n') + '\n';
   const second = await inNs(CALLOUT, [], next);
   t.equal(second.code, 0, `second run ${second.stderr}`);
+  t.match(second.stderr, /IPv4: 4 service ports with endpoints/, 'its log counts the ports it keeps, not the deleted ones');
   chains = await natChains();
   t.equal(chains.filter((c) => c.startsWith('KPNG-SP-T')).length, 2 * (2 + 3) + 2 * (2 + 2), 'the removed endpoint and Service left no chain');
   const saved = await mustRun('ip', ['netns', 'exec', ns, 'iptables-save', '-t', 'nat']);
