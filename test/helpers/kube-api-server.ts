@@ -10,6 +10,8 @@
  * certificates.
  *
  * Enough of the API for the kube source's list/watch loops, nothing more.
+ * Its parts: the objects and their history (kube-api-store.ts), list paging
+ * (kube-api-lists.ts), selectors and the types (kube-api-objects.ts).
  */
 import { EventEmitter, once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -19,102 +21,11 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { tempDir, untilExit } from './files.js';
+import { kubeconfigText, parseFieldSelector, parseLabelSelector, resources, status, type HistoryEvent, type KObject, type RequestRecord, type Resource, type Selector, type Watcher } from './kube-api-objects.js';
+import { KubeObjectStore } from './kube-api-store.js';
+import { ListPages } from './kube-api-lists.js';
 
-/** A Kubernetes object as JSON. */
-export type KObject = {
-  metadata: { name: string; namespace?: string; labels?: Record<string, string>; resourceVersion?: string; [k: string]: unknown };
-  [k: string]: unknown;
-};
-
-/** The resources this server serves. */
-export type Resource = 'services' | 'endpointslices' | 'nodes';
-
-interface ResourceInfo {
-  path: string;
-  namespaced: boolean;
-  kind: string;
-  apiVersion: string;
-  group: string;
-}
-
-const resources: Record<Resource, ResourceInfo> = {
-  services: { path: '/api/v1/services', namespaced: true, kind: 'Service', apiVersion: 'v1', group: '' },
-  endpointslices: { path: '/apis/discovery.k8s.io/v1/endpointslices', namespaced: true, kind: 'EndpointSlice', apiVersion: 'discovery.k8s.io/v1', group: 'discovery.k8s.io' },
-  nodes: { path: '/api/v1/nodes', namespaced: false, kind: 'Node', apiVersion: 'v1', group: '' },
-};
-
-type EventType = 'ADDED' | 'MODIFIED' | 'DELETED';
-
-interface HistoryEvent {
-  rv: number;
-  resource: Resource;
-  type: EventType;
-  /** The object after the change (its last state, for DELETED). */
-  obj: KObject;
-  /** The object before the change (undefined for ADDED). */
-  old: KObject | undefined;
-}
-
-/** One request as received, for assertions. */
-export interface RequestRecord {
-  method: string;
-  path: string;
-  query: Record<string, string>;
-  watch: boolean;
-  status: number;
-}
-
-interface Watcher {
-  resource: Resource;
-  res: ServerResponse;
-  selector: Selector;
-  bookmarks: boolean;
-  timer?: NodeJS.Timeout;
-}
-
-type Selector = (obj: KObject) => boolean;
-
-/** Parses the equality-based label selectors the source uses (`a=b`, `a==b`, `a!=b`, `a`, `!a`). */
-export function parseLabelSelector(sel: string | undefined): Selector {
-  if (!sel) return () => true;
-  const reqs = sel.split(',').map((part): Selector => {
-    const p = part.trim();
-    let m: RegExpExecArray | null;
-    if ((m = /^([^!=]+?)\s*!=\s*(.*)$/.exec(p))) {
-      const [, k, v] = m as unknown as [string, string, string];
-      return (o) => o.metadata.labels?.[k] !== v;
-    }
-    if ((m = /^([^!=]+?)\s*==?\s*(.*)$/.exec(p))) {
-      const [, k, v] = m as unknown as [string, string, string];
-      return (o) => o.metadata.labels?.[k] === v;
-    }
-    if (p.startsWith('!')) {
-      const k = p.slice(1).trim();
-      return (o) => !(k in (o.metadata.labels ?? {}));
-    }
-    return (o) => p in (o.metadata.labels ?? {});
-  });
-  return (o) => reqs.every((r) => r(o));
-}
-
-/** Parses `metadata.name=x,metadata.namespace=y`. */
-function parseFieldSelector(sel: string | undefined): Selector {
-  if (!sel) return () => true;
-  const reqs = sel.split(',').map((part): Selector => {
-    const m = /^([^!=]+?)\s*(!=|==|=)\s*(.*)$/.exec(part.trim());
-    if (!m) throw new Error(`bad field selector ${part}`);
-    const [, field, op, v] = m as unknown as [string, string, string, string];
-    const get = (o: KObject): unknown => (field === 'metadata.name' ? o.metadata.name : field === 'metadata.namespace' ? o.metadata.namespace : undefined);
-    return op === '!=' ? (o) => get(o) !== v : (o) => get(o) === v;
-  });
-  return (o) => reqs.every((r) => r(o));
-}
-
-const keyOf = (o: KObject): string => `${o.metadata.namespace ?? ''}/${o.metadata.name}`;
-
-function status(code: number, reason: string, message: string, details?: Record<string, unknown>): Record<string, unknown> {
-  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, ...(details ? { details } : {}), code };
-}
+export { kubeconfigText, parseLabelSelector, type KObject, type RequestRecord, type Resource };
 
 export interface KubeApiServerOptions {
   /** Require `Authorization: Bearer TOKEN`; answer 401 otherwise. */
@@ -123,24 +34,13 @@ export interface KubeApiServerOptions {
   tls?: { key: Buffer; cert: Buffer; ca?: Buffer };
 }
 
-/** A list in progress: the snapshot its continue tokens page through. */
-interface ListSnapshot {
-  rv: number;
-  items: KObject[];
-}
-
 /** The fake API server. Mutate it with add/update/remove; watchers see the events. */
 export class KubeApiServer {
   private server: Server | undefined;
   private readonly sockets = new Set<Socket>();
-  private readonly objects: Record<Resource, Map<string, KObject>> = { services: new Map(), endpointslices: new Map(), nodes: new Map() };
-  private readonly history: HistoryEvent[] = [];
+  private readonly store = new KubeObjectStore((ev) => this.publish(ev));
   private readonly watchers = new Set<Watcher>();
-  private rv = 100;
-  /** Watches from a resourceVersion below this get 410 Gone. */
-  private compactedRv = 0;
   private readonly forbidden = new Map<string, string>();
-  private uid = 0;
   /** Every request received, in order. */
   readonly requests: RequestRecord[] = [];
   /** When set, a watch from an expired resourceVersion gets an HTTP 410 instead of a 200 with an ERROR event. */
@@ -155,8 +55,7 @@ export class KubeApiServer {
   connections = 0;
   private token: string | undefined;
   private readonly tls: KubeApiServerOptions['tls'];
-  private readonly snapshots = new Map<number, ListSnapshot>();
-  private snapshotId = 0;
+  private readonly lists = new ListPages();
   private readonly requestListeners = new Set<(r: RequestRecord) => void>();
   private readonly events = new EventEmitter();
 
@@ -172,7 +71,7 @@ export class KubeApiServer {
 
   /** Forgets the lists in progress: their continue tokens get 410 Gone. */
   expireContinueTokens(): void {
-    this.snapshots.clear();
+    this.lists.expire();
   }
 
   /** Starts listening on 127.0.0.1 (on `port` when given, to bring a "down" server up). Returns the URL. */
@@ -261,7 +160,7 @@ export class KubeApiServer {
 
   /** The current resourceVersion. */
   get resourceVersion(): string {
-    return String(this.rv);
+    return String(this.store.rv);
   }
 
   /** Makes `verb` (list or watch) on `resource` answer 403 until `allow`. */
@@ -275,43 +174,32 @@ export class KubeApiServer {
 
   /** Adds (or replaces) objects, one event each. */
   add(resource: Resource, ...objs: KObject[]): void {
-    for (const o of objs) this.apply(resource, o);
+    for (const o of objs) this.store.put(resource, o);
   }
 
   /** Replaces an object (MODIFIED). */
   update(resource: Resource, obj: KObject): void {
-    this.apply(resource, obj);
+    this.store.put(resource, obj);
   }
 
   /** Deletes an object by namespace/name. Returns false when absent. */
   remove(resource: Resource, namespace: string | undefined, name: string): boolean {
-    const key = `${namespace ?? ''}/${name}`;
-    const old = this.objects[resource].get(key);
-    if (!old) return false;
-    this.objects[resource].delete(key);
-    const obj = structuredClone(old);
-    obj.metadata.resourceVersion = String(++this.rv);
-    this.publish({ rv: this.rv, resource, type: 'DELETED', obj, old });
-    return true;
+    return this.store.remove(resource, namespace, name);
   }
 
   /** Returns a copy of a stored object. */
   get(resource: Resource, namespace: string | undefined, name: string): KObject | undefined {
-    const o = this.objects[resource].get(`${namespace ?? ''}/${name}`);
-    return o ? structuredClone(o) : undefined;
+    return this.store.get(resource, namespace, name);
   }
 
   /** Every stored object with its kind and apiVersion (for `convertObjects`). */
   all(): KObject[] {
-    return (Object.keys(resources) as Resource[]).flatMap((r) =>
-      [...this.objects[r].values()].map((o) => ({ kind: resources[r].kind, apiVersion: resources[r].apiVersion, ...structuredClone(o) })),
-    );
+    return this.store.all();
   }
 
   /** Forgets history: a watch from any resourceVersion before now gets 410 Gone. */
   compact(): void {
-    this.compactedRv = this.rv;
-    this.history.length = 0;
+    this.store.compact();
   }
 
   /** Sends an ERROR 410 event to open watches and ends them (as etcd compaction does). */
@@ -353,27 +241,11 @@ export class KubeApiServer {
     for (const w of this.watchers) {
       if (!w.bookmarks) continue;
       const info = resources[w.resource];
-      this.send(w, { type: 'BOOKMARK', object: { kind: info.kind, apiVersion: info.apiVersion, metadata: { resourceVersion: String(this.rv) } } });
+      this.send(w, { type: 'BOOKMARK', object: { kind: info.kind, apiVersion: info.apiVersion, metadata: { resourceVersion: String(this.store.rv) } } });
     }
   }
 
-  private apply(resource: Resource, input: KObject): void {
-    const info = resources[resource];
-    const obj = structuredClone(input);
-    if (info.namespaced) obj.metadata.namespace ??= 'default';
-    const key = keyOf(obj);
-    const old = this.objects[resource].get(key);
-    obj.metadata.uid ??= old?.metadata.uid ?? `00000000-0000-4000-8000-${String(++this.uid).padStart(12, '0')}`;
-    obj.metadata.creationTimestamp ??= old?.metadata.creationTimestamp ?? '2021-10-18T00:00:00Z';
-    obj.metadata.resourceVersion = String(++this.rv);
-    delete obj.kind;
-    delete obj.apiVersion;
-    this.objects[resource].set(key, obj);
-    this.publish({ rv: this.rv, resource, type: old ? 'MODIFIED' : 'ADDED', obj, old });
-  }
-
   private publish(ev: HistoryEvent): void {
-    this.history.push(ev);
     for (const w of this.watchers) if (w.resource === ev.resource) this.deliver(w, ev);
   }
 
@@ -461,14 +333,14 @@ export class KubeApiServer {
       return;
     }
     const from = query.resourceVersion ? Number(query.resourceVersion) : undefined;
-    if (from !== undefined && from < this.compactedRv) {
+    if (from !== undefined && from < this.store.compactedRv) {
       if (this.expiredAsHttpStatus) {
-        reply(410, status(410, 'Expired', `too old resource version: ${from} (${this.compactedRv})`));
+        reply(410, status(410, 'Expired', `too old resource version: ${from} (${this.store.compactedRv})`));
         return;
       }
       record.status = 200;
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ type: 'ERROR', object: status(410, 'Expired', `too old resource version: ${from} (${this.compactedRv})`) }) + '\n');
+      res.end(JSON.stringify({ type: 'ERROR', object: status(410, 'Expired', `too old resource version: ${from} (${this.store.compactedRv})`) }) + '\n');
       return;
     }
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
@@ -481,9 +353,9 @@ export class KubeApiServer {
       this.events.emit('watchers');
     });
     if (from === undefined) {
-      for (const o of this.objects[resource].values()) if (selector(o)) this.send(w, { type: 'ADDED', object: { kind: info.kind, apiVersion: info.apiVersion, ...o } });
+      for (const o of this.store.objects[resource].values()) if (selector(o)) this.send(w, { type: 'ADDED', object: { kind: info.kind, apiVersion: info.apiVersion, ...o } });
     } else {
-      for (const ev of this.history) if (ev.resource === resource && ev.rv > from) this.deliver(w, ev);
+      for (const ev of this.store.history) if (ev.resource === resource && ev.rv > from) this.deliver(w, ev);
     }
     const timeout = Number(query.timeoutSeconds);
     if (this.endWatchesAtOnce) this.endWatch(w);
@@ -501,30 +373,13 @@ export class KubeApiServer {
     reply: (code: number, body: unknown) => void,
   ): void {
     const info = resources[resource];
-    let snap: ListSnapshot | undefined;
-    let id: number;
-    let start = 0;
-    if (query.continue) {
-      const [sid, offset] = query.continue.split(':').map(Number) as [number, number];
-      snap = this.snapshots.get(sid);
-      if (!snap) {
-        reply(410, status(410, 'Expired', 'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.'));
-        return;
-      }
-      id = sid;
-      start = offset;
-    } else {
-      // Stored objects are replaced, never changed in place: a snapshot of them stays as it was.
-      id = ++this.snapshotId;
-      snap = { rv: this.rv, items: [...this.objects[resource].values()].filter(selector).sort((a, b) => (keyOf(a) < keyOf(b) ? -1 : 1)) };
+    // Stored objects are replaced, never changed in place: a snapshot of them stays as it was.
+    const page = this.lists.page(query, () => this.store.snapshot(resource, selector));
+    if (!page) {
+      reply(410, status(410, 'Expired', 'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.'));
+      return;
     }
-    const limit = Number(query.limit) > 0 ? Number(query.limit) : snap.items.length;
-    const end = Math.min(snap.items.length, start + limit);
-    const more = end < snap.items.length;
-    if (more) this.snapshots.set(id, snap);
-    else this.snapshots.delete(id);
-    const metadata = { resourceVersion: String(snap.rv), ...(more ? { continue: `${id}:${end}`, remainingItemCount: snap.items.length - end } : {}) };
-    const body = { kind: info.kind + 'List', apiVersion: info.apiVersion, metadata, items: snap.items.slice(start, end) };
+    const body = { kind: info.kind + 'List', apiVersion: info.apiVersion, ...page };
     if (!this.gzipLists || !/\bgzip\b/.test(String(req.headers['accept-encoding'] ?? ''))) {
       reply(200, body);
       return;
@@ -533,25 +388,4 @@ export class KubeApiServer {
     res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' });
     res.end(gzipSync(JSON.stringify(body)));
   }
-}
-
-/** Kubeconfig text for a plain-HTTP server (which needs insecure-skip-tls-verify). */
-export function kubeconfigText(url: string, token?: string): string {
-  return [
-    'apiVersion: v1',
-    'kind: Config',
-    'clusters:',
-    '- name: test',
-    '  cluster:',
-    `    server: ${url}`,
-    '    insecure-skip-tls-verify: true',
-    'users:',
-    '- name: test',
-    `  user: ${token !== undefined ? `{token: ${token}}` : '{}'}`,
-    'contexts:',
-    '- name: test',
-    '  context: {cluster: test, user: test}',
-    'current-context: test',
-    '',
-  ].join('\n');
 }
