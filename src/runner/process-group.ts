@@ -5,12 +5,20 @@
  * signalling the group (and the session members that left it) reaches every
  * descendant, background processes included, and nothing of a callout
  * outlives it or us.
+ *
+ * Listing the members reads /proc/PID/stat of every process (~23 µs each:
+ * 1.5 ms with 65 processes, measured), after every run. But pids are handed
+ * out in increasing order until they wrap at pid_max, so while the last pid
+ * given out (/proc/sys/kernel/ns_last_pid) is still at or above the leader's
+ * and the group is young, only pids from the leader's on can be members.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { LogFields, Logger } from '../log.js';
 
 const POLL_MS = 50;
+/** A group younger than this cannot have seen pids wrap around and come back past its leader's (that takes pid_max forks). */
+const NO_WRAP_MS = 5000;
 /** After SIGKILL, how long we keep checking that the group is gone. */
 const AFTER_KILL_WAIT_MS = 2000;
 
@@ -26,7 +34,7 @@ interface Member {
  * are skipped: they never go away when PID 1 does not reap orphans
  * (containers without an init). Undefined without /proc.
  */
-function scan(pgid: number): Member[] | undefined {
+function scan(pgid: number, from = 0): Member[] | undefined {
   if (process.platform !== 'linux') return undefined;
   let names: string[];
   try {
@@ -36,7 +44,7 @@ function scan(pgid: number): Member[] | undefined {
   }
   const found: Member[] = [];
   for (const name of names) {
-    if (!/^\d+$/.test(name)) continue;
+    if (!/^\d+$/.test(name) || Number(name) < from) continue;
     let stat: string;
     try {
       stat = readFileSync(`/proc/${name}/stat`, 'latin1');
@@ -50,6 +58,16 @@ function scan(pgid: number): Member[] | undefined {
     if (pgrp === pgid || Number(f[3]) === pgid) found.push({ pid: Number(name), pgrp });
   }
   return found;
+}
+
+/** The last pid given out in our pid namespace, or undefined when the kernel does not say. */
+function lastPid(): number | undefined {
+  try {
+    const n = Number(readFileSync('/proc/sys/kernel/ns_last_pid', 'latin1'));
+    return Number.isInteger(n) && n > 0 ? n : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Whether signal 0 reaches process group `pgid` (zombies count: used only without /proc). */
@@ -70,6 +88,8 @@ export interface ProcessGroupOptions {
   /** How log lines name the group's owner (`callout run 3`), and the fields they carry. */
   name: string;
   fields: LogFields;
+  /** Monotonic clock in milliseconds (default performance.now). */
+  now?: () => number;
 }
 
 /**
@@ -82,11 +102,15 @@ export class ProcessGroup {
   private sigkillSent = false;
   private killTimer: NodeJS.Timeout | undefined;
   private readonly onProcessExit = (): void => this.kill();
+  private readonly now: () => number;
+  private readonly bornAt: number;
 
   constructor(
     readonly pgid: number,
     private readonly options: ProcessGroupOptions,
   ) {
+    this.now = options.now ?? (() => performance.now());
+    this.bornAt = this.now();
     process.on('exit', this.onProcessExit);
   }
 
@@ -96,7 +120,7 @@ export class ProcessGroup {
    * still reaches it.
    */
   members(): number[] {
-    const m = scan(this.pgid);
+    const m = scan(this.pgid, this.lowestPid());
     if (m === undefined) return groupProbe(this.pgid) ? [this.pgid] : [];
     return m.map((x) => x.pid).sort((a, b) => a - b);
   }
@@ -152,6 +176,13 @@ export class ProcessGroup {
     process.removeListener('exit', this.onProcessExit);
   }
 
+  /** The lowest pid a member can have: the leader's while pids cannot have wrapped since it started (see the module comment), else 0. */
+  private lowestPid(): number {
+    if (this.now() - this.bornAt >= NO_WRAP_MS) return 0;
+    const last = lastPid();
+    return last !== undefined && last >= this.pgid ? this.pgid : 0;
+  }
+
   private alive(): boolean {
     return this.members().length > 0;
   }
@@ -171,7 +202,7 @@ export class ProcessGroup {
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ESRCH') this.options.logger.debug(`cannot signal the callout's group: ${String(err)}`, this.options.fields);
     }
-    for (const m of scan(this.pgid) ?? []) {
+    for (const m of scan(this.pgid, this.lowestPid()) ?? []) {
       if (m.pgrp === this.pgid) continue; // reached through the group
       try {
         process.kill(m.pid, sig);

@@ -102,6 +102,25 @@ t.test('the exit hook lives from construction to release', async (t) => {
   t.same(log.lines, [], 'signalling a gone group is quiet');
 });
 
+t.test('members: the same whether only pids from the leader on are read (a young group) or all of them (an old one)', async (t) => {
+  const child = spawn('/bin/sh', ['-c', 'sleep 1000 & echo $$ $!; wait'], { detached: true, stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const line = await within(new Promise<string>((resolve) => createInterface({ input: child.stdout! }).once('line', resolve)), 'the pids line');
+  const pids = line.trim().split(/\s+/).map((p) => scripts.track(Number(p))).sort((a, b) => a - b);
+  let clock = 0;
+  const log = captureLog();
+  const group = new ProcessGroup(child.pid!, { killGraceMs: 200, logger: log.logger, name: 'callout run 9', fields: { run: 9 }, now: () => clock });
+  t.teardown(() => group.release());
+  t.same(group.members(), pids, 'young: read from the leader pid on');
+  clock = 60_000; // pids might have wrapped since: every process is read
+  t.same(group.members(), pids, 'old: every pid read');
+  group.kill();
+  await exited;
+  await group.waitGone();
+  t.same(group.members(), []);
+});
+
+
 t.test('no orphans left by any test', async (t) => {
   for (const pid of scripts.all()) t.ok(!pidAlive(pid), `pid ${pid} gone`);
 });
