@@ -6,7 +6,7 @@
  */
 import t from 'tap';
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ProcessGroup } from '../../src/runner/process-group.js';
@@ -120,6 +120,22 @@ t.test('members: the same whether only pids from the leader on are read (a young
   t.same(group.members(), []);
 });
 
+
+t.test('members: processes, not their threads (a thread id reads like a pid in /proc)', async (t) => {
+  const { pids, group, exited } = await leader(`${JSON.stringify(process.execPath)} -e 'setInterval(() => {}, 1e6)' & echo $$ $!; wait`);
+  const node = pids[1]!;
+  // Node starts its threads (V8 platform, libuv) at once; wait until they are there.
+  await within(
+    (async () => {
+      while (readdirSync(`/proc/${node}/task`).length < 3) await sleep(20);
+    })(),
+    'the threads of the background node',
+  );
+  t.same(group.members(), [...pids].sort((a, b) => a - b), 'the leader and node, none of its threads');
+  group.kill();
+  await exited;
+  await group.waitGone();
+});
 
 t.test('no orphans left by any test', async (t) => {
   for (const pid of scripts.all()) t.ok(!pidAlive(pid), `pid ${pid} gone`);
