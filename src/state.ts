@@ -58,6 +58,7 @@ export function stateFromItems(items: readonly ServiceEndpoints[]): State {
 export function sameState(a: State, b: State): boolean {
   if (a === b) return true;
   if (a.bytes !== b.bytes || a.services !== b.services) return false;
+  // Packed states are compared by block (reading `lines` would build the flat array); others line by line.
   if (!(a.lineBlocks && b.lineBlocks) && a.lines.length !== b.lines.length) return false;
   let same = true;
   forDifferentLines(a, b, (x, y) => (same = x === y || x.equals(y)));

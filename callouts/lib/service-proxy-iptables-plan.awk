@@ -237,18 +237,19 @@ function jumps(t, hook, rule,   n, out) {
 	for (; n > 1; n--) out = join(out, "-D " hook " " rule)
 	return out
 }
-# The chains of ours in table t no longer wanted, emptied then deleted: in
-# nat, each in the block of its Service port after that block's own
-# declarations (which empty the chains that jumped to it; its group's S and
-# X, and the shared ones, are emptied before it), largest name first (X, S,
-# then E: each after the chains that jumped to it); in filter, together.
+# The chains of ours in table t no longer wanted, each emptied then deleted
+# at once, after the chains that jumped to it were emptied. In nat: in the
+# block of its Service port, after that block's own declarations (its S and X,
+# and the shared chains, are emptied before it), largest name first (X, S,
+# then E: each after the chains that jump to it); returned for filter (where
+# only KPNG-SP-SERVICES jumps anywhere), to follow its declaration.
 function stale(t,   i, tc, c, out) {
 	out = ""
 	for (i = 1; i <= nhad; i++) {
 		split(hadc[i], tc, SUBSEP); c = tc[2]
 		if (tc[1] != t || ((t, c) in want)) continue
 		if (t == "nat") emit(groupof(c), c, ":" c " - [0:0]" SEP "-X " c)
-		else out = join(out, c)
+		else out = join(out, ":" c " - [0:0]" SEP "-X " c)
 	}
 	return out
 }
@@ -265,17 +266,16 @@ END {
 		n++
 	}
 	if (n > 0) { print "COMMIT" > PRE; close(PRE) }
-	emit("!1", "~", join("-A KPNG-SP-SERVICES -m addrtype --dst-type LOCAL -j KPNG-SP-NODEPORTS", \
-		join(jumps("nat", "PREROUTING", "-j KPNG-SP-SERVICES"), join(jumps("nat", "OUTPUT", "-j KPNG-SP-SERVICES"), \
-		join(jumps("nat", "POSTROUTING", "-j KPNG-SP-POSTROUTING"), "COMMIT")))))
-	gone = stale("filter")
-	n = split(gone, a, SEP)
-	fstale = fdel = ""
-	for (i = 1; i <= n; i++) { fstale = join(fstale, ":" a[i] " - [0:0]"); fdel = join(fdel, "-X " a[i]) }
-	emit("!0", "~", join("*filter", join(fdecl, join(fstale, join(filr, \
-		join(jumps("filter", "INPUT", "-m conntrack --ctstate NEW -j KPNG-SP-SERVICES"), \
-		join(jumps("filter", "FORWARD", "-m conntrack --ctstate NEW -j KPNG-SP-SERVICES"), \
-		join(jumps("filter", "OUTPUT", "-m conntrack --ctstate NEW -j KPNG-SP-SERVICES"), join(fdel, "COMMIT")))))))))
+	b = "-A KPNG-SP-SERVICES -m addrtype --dst-type LOCAL -j KPNG-SP-NODEPORTS"
+	b = join(b, jumps("nat", "PREROUTING", "-j KPNG-SP-SERVICES"))
+	b = join(b, jumps("nat", "OUTPUT", "-j KPNG-SP-SERVICES"))
+	b = join(b, jumps("nat", "POSTROUTING", "-j KPNG-SP-POSTROUTING"))
+	emit("!1", "~", join(b, "COMMIT"))
+	b = join("*filter", join(fdecl, join(stale("filter"), filr)))
+	b = join(b, jumps("filter", "INPUT", "-m conntrack --ctstate NEW -j KPNG-SP-SERVICES"))
+	b = join(b, jumps("filter", "FORWARD", "-m conntrack --ctstate NEW -j KPNG-SP-SERVICES"))
+	b = join(b, jumps("filter", "OUTPUT", "-m conntrack --ctstate NEW -j KPNG-SP-SERVICES"))
+	emit("!0", "~", join(b, "COMMIT"))
 	# UDP conntrack: endpoints that went away, destinations that got endpoints.
 	if (!(("nat", "KPNG-SP-SERVICES") in had)) exit 0
 	for (k in newkey) {
