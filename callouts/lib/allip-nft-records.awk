@@ -1,0 +1,108 @@
+# kpng-example-allip-nft: the records of its jq program (`jqprog` in the
+# callout), written without jq for a small input (a per-run change set),
+# because jq 1.6's start-up alone takes 23-30 ms (see json-flat.awk, which
+# must be in front of this file).
+#
+# Reads the state lines on stdin, copies each to the file `copy`, and writes
+# the records to the file `out`, "Z" last. Exit 0: every line was read here,
+# and `out` holds exactly what jq would have written. Exit 3: some line is
+# not one it is sure of (anything unusual: see json-flat.awk, and any value
+# of a type other than the canonical one or null), or the input is over
+# `max` bytes; then `out` is incomplete and the caller runs jq on `copy`,
+# which always holds the whole input. Variables: copy, out, max, lb (true:
+# LoadBalancerIPs count as external IPs).
+#
+# The record: TYPE NS/NAME nX4 X4... nE4 E4... nX6 X6... E6... (the local
+# endpoints' first address of each family), or TYPE alone for a line that
+# is no Service.
+
+BEGIN { sure = 1; size = 0 }
+{
+	print > copy
+	if (!sure) next
+	size += length($0) + 1
+	if (size > max) { sure = 0; next }
+	if ($0 ~ /^ *$/) next
+	if (!jflat($0)) { sure = 0; next }
+	r = ("$" SUBSEP "Previous") in JT ? record("P", "$" SUBSEP "Previous") : record("S", "$")
+	if (r == "") { sure = 0; next }
+	print r > out
+}
+END {
+	close(copy)
+	if (!sure) exit 3
+	print "Z" > out
+	close(out)
+	exit 0
+}
+
+# A value's type, or "" when there is none (reading JT[P] would create it).
+function jt(P) { return (P in JT) ? JT[P] : "" }
+# jq's null, and what `?` makes of false: nothing there.
+function none(P) { return !(P in JT) || JT[P] == "z" || JT[P] == "f" }
+# The strings of the array P.K (P an object or nothing), each after a tab;
+# `jcount` gets their number; rsure = 0 for anything else.
+function jlist(P, K,   A, i, s) {
+	jcount = 0; s = ""
+	if (jt(P) != "o") { if (!none(P)) rsure = 0; return "" }
+	A = P SUBSEP K
+	if (jt(A) != "a") { if (!none(A)) rsure = 0; return "" }
+	for (i = 0; i < JN[A]; i++) {
+		if (jt(A SUBSEP i) != "s") { rsure = 0; return "" }
+		s = s "\t" J[A SUBSEP i]
+	}
+	jcount = JN[A]
+	return s
+}
+# A value in a jq string interpolation ("\(.)"): a string as it is, null,
+# true, false and numbers as their text; rsure = 0 for an object or array.
+function jtext(P,   t) {
+	t = jt(P)
+	if (t == "s" || t == "n") return J[P]
+	if (t == "" || t == "z") return "null"
+	if (t == "t") return "true"
+	if (t == "f") return "false"
+	rsure = 0
+	return ""
+}
+
+# One record, from the line's object at R (TYPE t), or "" when not sure.
+function record(t, R,   S, IP, E, e, n, i, x4, n4, x6, n6, e4, ne4, e6, s) {
+	rsure = 1
+	if (jt(R) != "o") return ""
+	S = R SUBSEP "Service"
+	if (jt(S) != "o") return t
+	IP = S SUBSEP "IPs"
+	x4 = jlist(IP SUBSEP "ExternalIPs", "V4"); n4 = jcount
+	if (lb == "true") { s = jlist(IP SUBSEP "LoadBalancerIPs", "V4"); x4 = x4 s; n4 += jcount }
+	x6 = jlist(IP SUBSEP "ExternalIPs", "V6"); n6 = jcount
+	if (lb == "true") { s = jlist(IP SUBSEP "LoadBalancerIPs", "V6"); x6 = x6 s; n6 += jcount }
+	if (jt(IP) != "o" && !none(IP)) rsure = 0
+	E = R SUBSEP "Endpoints"
+	n = 0
+	if (jt(E) == "a") n = JN[E]
+	else if (!none(E)) rsure = 0
+	ne4 = 0; e4 = e6 = ""
+	for (i = 0; i < n; i++) {
+		e = E SUBSEP i
+		if (jt(e) != "o") return ""
+		if (jt(e SUBSEP "Local") != "t") continue
+		s = first(e SUBSEP "IPs", "V4"); if (s != "") { e4 = e4 "\t" substr(s, 2); ne4++ }
+		s = first(e SUBSEP "IPs", "V6"); if (s != "") e6 = e6 "\t" substr(s, 2)
+	}
+	s = t "\t" jtext(S SUBSEP "Namespace") "/" jtext(S SUBSEP "Name") "\t" n4 x4 "\t" ne4 e4 "\t" n6 x6 e6
+	return rsure ? s : ""
+}
+# The first string of the array P.K (P an object or nothing) after an "s"
+# (so that an empty string is told from none), or "" when it has none (jq's
+# `values` drops a null); rsure = 0 for anything else.
+function first(P, K,   A, t) {
+	if (jt(P) != "o") { if (!none(P)) rsure = 0; return "" }
+	A = P SUBSEP K
+	if (jt(A) != "a") { if (!none(A)) rsure = 0; return "" }
+	if (JN[A] == 0) return ""
+	t = jt(A SUBSEP 0)
+	if (t == "s") return "s" J[A SUBSEP 0]
+	if (t != "z") rsure = 0
+	return ""
+}
