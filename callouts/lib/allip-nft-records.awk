@@ -24,9 +24,7 @@ BEGIN { sure = 1; size = 0 }
 	if (size > max) { sure = 0; next }
 	if ($0 ~ /^ *$/) next
 	if (!jflat($0)) { sure = 0; next }
-	r = ("$" SUBSEP "Previous") in JT ? record("P", "$" SUBSEP "Previous") : record("S", "$")
-	if (r == "") { sure = 0; next }
-	print r > out
+	if (!(("$" SUBSEP "Previous") in JT ? record("P", "$" SUBSEP "Previous") : record("S", "$"))) sure = 0
 }
 END {
 	close(copy)
@@ -66,12 +64,14 @@ function jtext(P,   t) {
 	return ""
 }
 
-# One record, from the line's object at R (TYPE t), or "" when not sure.
-function record(t, R,   S, IP, E, e, n, i, x4, n4, x6, n6, e4, ne4, e6, s) {
+# Writes the record of the line's object at R (TYPE t) to `out`; 0 when not
+# sure (what it wrote is then of no use: the whole input goes to jq). The
+# endpoints are kept in arrays, not strings grown by each (copied each time).
+function record(t, R,   S, IP, E, e, n, i, x4, n4, x6, n6, E4, ne4, E6, ne6, s) {
 	rsure = 1
-	if (jt(R) != "o") return ""
+	if (jt(R) != "o") return 0
 	S = R SUBSEP "Service"
-	if (jt(S) != "o") return t
+	if (jt(S) != "o") { print t > out; return 1 }
 	IP = S SUBSEP "IPs"
 	x4 = jlist(IP SUBSEP "ExternalIPs", "V4"); n4 = jcount
 	if (lb == "true") { s = jlist(IP SUBSEP "LoadBalancerIPs", "V4"); x4 = x4 s; n4 += jcount }
@@ -82,16 +82,20 @@ function record(t, R,   S, IP, E, e, n, i, x4, n4, x6, n6, e4, ne4, e6, s) {
 	n = 0
 	if (jt(E) == "a") n = JN[E]
 	else if (!none(E)) rsure = 0
-	ne4 = 0; e4 = e6 = ""
+	ne4 = ne6 = 0
 	for (i = 0; i < n; i++) {
 		e = E SUBSEP i
-		if (jt(e) != "o") return ""
+		if (jt(e) != "o") return 0
 		if (jt(e SUBSEP "Local") != "t") continue
-		s = first(e SUBSEP "IPs", "V4"); if (s != "") { e4 = e4 "\t" substr(s, 2); ne4++ }
-		s = first(e SUBSEP "IPs", "V6"); if (s != "") e6 = e6 "\t" substr(s, 2)
+		s = first(e SUBSEP "IPs", "V4"); if (s != "") E4[++ne4] = substr(s, 2)
+		s = first(e SUBSEP "IPs", "V6"); if (s != "") E6[++ne6] = substr(s, 2)
 	}
-	s = t "\t" jtext(S SUBSEP "Namespace") "/" jtext(S SUBSEP "Name") "\t" n4 x4 "\t" ne4 e4 "\t" n6 x6 e6
-	return rsure ? s : ""
+	printf "%s\t%s/%s\t%s%s\t%s", t, jtext(S SUBSEP "Namespace"), jtext(S SUBSEP "Name"), n4, x4, ne4 > out
+	for (i = 1; i <= ne4; i++) printf "\t%s", E4[i] > out
+	printf "\t%s%s", n6, x6 > out
+	for (i = 1; i <= ne6; i++) printf "\t%s", E6[i] > out
+	printf "\n" > out
+	return rsure
 }
 # The first string of the array P.K (P an object or nothing) after an "s"
 # (so that an empty string is told from none), or "" when it has none (jq's

@@ -192,7 +192,7 @@ async function jqRecords(reader: Reader, dir: string, lines: string[]): Promise<
 }
 
 /** The awk reader on `input`: its exit code, its records (when 0) and its copy of the input. */
-async function awkRead(reader: Reader, dir: string, name: string, input: string, max = 262144): Promise<{ code: number | null; records: string; copy: string }> {
+async function awkRead(reader: Reader, dir: string, name: string, input: string, max = 131072): Promise<{ code: number | null; records: string; copy: string }> {
   const copy = join(dir, `${name}.copy`);
   const out = join(dir, `${name}.rec`);
   const vars = Object.entries({ ...reader.awkVars, copy, out, max: String(max) }).flatMap(([k, v]) => ['-v', `${k}=${v}`]);
