@@ -1,57 +1,12 @@
 # kpng-example-allip-nft: the records of its jq program (`jqprog` in the
-# callout), written without jq for a small input (a per-run change set),
-# because jq 1.6's start-up alone takes 23-30 ms (see json-flat.awk, which
-# must be in front of this file).
-#
-# Reads the state lines on stdin, copies each to the file `copy`, and writes
-# the records to the file `out`, "Z" last. Exit 0: every line was read here,
-# and `out` holds exactly what jq would have written. Exit 3: some line is
-# not one it is sure of (anything unusual: see json-flat.awk, and any value
-# of a type other than the canonical one or null), or the input is over
-# `max` bytes; then `out` is incomplete and the caller runs jq on `copy`,
-# which always holds the whole input. Variables: copy, out, max, lb (true:
-# LoadBalancerIPs count as external IPs).
+# callout), written without jq for a small input (a per-run change set);
+# see json-records.awk (the loop: json-flat.awk, json-records.awk, then
+# this file). Variable: lb (true: LoadBalancerIPs count as external IPs).
 #
 # The record: TYPE NS/NAME nX4 X4... nE4 E4... nX6 X6... E6... (the local
 # endpoints' first address of each family), or TYPE alone for a line that
 # is no Service.
 
-BEGIN { sure = 1; size = 0 }
-{
-	print > copy
-	if (!sure) next
-	size += length($0) + 1
-	if (size > max) { sure = 0; next }
-	if ($0 ~ /^ *$/) next
-	if (!jflat($0)) { sure = 0; next }
-	if (!(("$" SUBSEP "Previous") in JT ? record("P", "$" SUBSEP "Previous") : record("S", "$"))) sure = 0
-}
-END {
-	close(copy)
-	if (!sure) exit 3
-	print "Z" > out
-	close(out)
-	exit 0
-}
-
-# A value's type, or "" when there is none (reading JT[P] would create it).
-function jt(P) { return (P in JT) ? JT[P] : "" }
-# jq's null, and what `?` makes of false: nothing there.
-function none(P) { return !(P in JT) || JT[P] == "z" || JT[P] == "f" }
-# The strings of the array P.K (P an object or nothing), each after a tab;
-# `jcount` gets their number; rsure = 0 for anything else.
-function jlist(P, K,   A, i, s) {
-	jcount = 0; s = ""
-	if (jt(P) != "o") { if (!none(P)) rsure = 0; return "" }
-	A = P SUBSEP K
-	if (jt(A) != "a") { if (!none(A)) rsure = 0; return "" }
-	for (i = 0; i < JN[A]; i++) {
-		if (jt(A SUBSEP i) != "s") { rsure = 0; return "" }
-		s = s "\t" J[A SUBSEP i]
-	}
-	jcount = JN[A]
-	return s
-}
 # A value in a jq string interpolation ("\(.)"): a string as it is, null,
 # true, false and numbers as their text; rsure = 0 for an object or array.
 function jtext(P,   t) {

@@ -42,13 +42,13 @@ const READERS: Reader[] = [
   {
     name: 'service-proxy-nft',
     jqArgs: ['-f', join(LIB, 'service-proxy-nft.jq')],
-    awkFiles: ['json-flat.awk', 'service-proxy-nft-records.awk'],
+    awkFiles: ['json-flat.awk', 'json-records.awk', 'service-proxy-nft-records.awk'],
     awkVars: {},
   },
   ...['true', 'false'].map((lb) => ({
     name: `kpng-example-allip-nft (lb ${lb})`,
     jqArgs: ['--argjson', 'lb', lb, ALLIP_JQ],
-    awkFiles: ['json-flat.awk', 'allip-nft-records.awk'],
+    awkFiles: ['json-flat.awk', 'json-records.awk', 'allip-nft-records.awk'],
     awkVars: { lb },
   })),
 ];
@@ -141,16 +141,8 @@ function corpus(): string[] {
   const c = lineOf('sip');
   lines.push(
     JSON.stringify(JSON.parse(c), null, 1).replaceAll('\n', ' '),
-    c.replace('"Port":5060', '"Port":5060.0'),
-    c.replace('"Port":5060', '"Port":5.06e3'),
-    c.replace('"Port":5060', '"Port":-5060'),
-    c.replace('"Port":5060', '"Port":05060'),
-    c.replace('"Port":5060', '"Port":12345678901234567890'),
-    c.replace('"Name":"sip"', '"Name":"s\\u0069p"'),
-    c.replace('"Name":"sip"', '"Name":"sip\\"; nft flush ruleset; \\""'),
-    c.replace('"Name":"sip"', '"Name":"s\\tip"'),
-    c.replace('"Name":"sip"', '"Name":"sïp"'),
-    c.replace('"Name":"sip"', '"Name":"sip","Name":"other"'),
+    ...['5060.0', '5.06e3', '-5060', '05060', '12345678901234567890'].map((n) => c.replace('"Port":5060', `"Port":${n}`)),
+    ...['"s\\u0069p"', '"sip\\"; nft flush ruleset; \\""', '"s\\tip"', '"sïp"', '"sip","Name":"other"'].map((v) => c.replace('"Name":"sip"', `"Name":${v}`)),
     c.replace('"Namespace":"telco"', '"Namespace":"$(reboot)"'),
     c.replace('"Namespace":"telco"', '"Namespace":"a b;c|d`e`"'),
     c.replace('"Ports":[', '"Ports":[ '),
