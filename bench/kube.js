@@ -18,7 +18,7 @@
 //                reads its stdin and says so on stderr: after the first run's
 //                "callout run finished" line, 3 s idle, then VmRSS and VmHWM
 //                from /proc, and VmRSS again at 8 s (--settled-seconds), after
-//                the daemon's young-generation collection (src/memory.ts).
+//                the daemon's later full collection (src/memory.ts).
 //   (c) latency  (10k only) `kpng-callout kube --debounce 0` with a callout
 //                that prints "x" at stdin EOF (through kpng-callout's
 //                stdout, read here): the server changes one EndpointSlice
@@ -54,7 +54,7 @@ const RUNS = Number(opt('--runs', '3'));
 const SAMPLES = Number(opt('--samples', '200'));
 const LATENCY_AT = Number(opt('--latency-at', '10000'));
 const IDLE_S = Number(opt('--idle-seconds', '3'));
-/** The second idle reading: after the daemon's young-generation collection (src/memory.ts: 1 s + 5.5 s after the last state). */
+/** The second idle reading: after the daemon's later full collection (src/memory.ts: 1 s + 5.5 s after the last state). */
 const SETTLED_S = Number(opt('--settled-seconds', '8'));
 const LABEL = opt('--label', 'before (issue 11)');
 const NOTE = opt('--note', '');
@@ -408,9 +408,9 @@ the reference of the first target ("client process": that client from spawn to e
 \`kpng-json kube --once --node-name node-7\`: spawn to exit, median of ${RUNS} (peak RSS: ${haveTime ? '/usr/bin/time' : 'VmHWM polled every 10 ms'}); its
 output is checked (one line per selected Service, the endpoints node-7 sees). The daemon: \`kpng-callout kube\`
 (default debounce) with a callout reading its stdin; "first run done" is from spawn to its "callout run finished"
-line, then RSS after ${IDLE_S} s and after ${SETTLED_S} s idle (/proc VmRSS; the daemon runs a full collection 1 s after its
-last state and another 5.5 s later, when V8 gives its young generation back: the second figure is what the idle
-daemon holds from then on, and the one the target is checked against). Targets are the issue's, for 10,000 × 10 on 2 cores; the other
+line, then RSS after ${IDLE_S} s and after ${SETTLED_S} s idle (/proc VmRSS; the daemon runs V8's memory-reducing collection
+1 s after its last state and plain full ones 5.5 s and 11 s later (src/memory.ts): both figures are checked against
+the target). Targets are the issue's, for 10,000 × 10 on 2 cores; the other
 sizes are for sizing the pod. The last column is the CPU time processes other than the benchmark's used while
 each size was measured (the machine may be shared; 0 is a clean run).
 
