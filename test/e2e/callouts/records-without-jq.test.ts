@@ -1,6 +1,6 @@
 /**
  * service-proxy-nft and kpng-example-allip-nft read a per-run change set
- * without jq when they can (callouts/lib/json-flat.awk, then
+ * without jq when they can (callouts/lib/json-flat.awk and json-records.awk, then
  * service-proxy-nft-records.awk or allip-nft-records.awk): whatever such a
  * reader accepts, it must turn into exactly the records the callout's jq
  * program writes, and whatever it is not sure of it must leave to jq, with
