@@ -23,7 +23,7 @@ export const DEFAULTS = {
   /** replay --watch with --watch-poll: how often files are polled. */
   watchIntervalMs: 1000,
   logFormat: 'text' as 'text' | 'json',
-  /** After a state, this long without another before one full GC gives memory back (src/memory.ts). */
+  /** After a state, this long without another before a memory-reducing GC gives memory back (src/memory.ts). */
   idleGcQuietMs: 1000,
   /** kube source: list/watch restart backoff (jittered, src/backoff.ts). */
   kubeRetryMinMs: 500,
