@@ -33,6 +33,13 @@
 #   allip_lb             "true" or "false": whether load-balancer IPs count
 #   allip_jq_rows        jq: def allip_rows($i; $lb), the records of one line
 #   allip_awk_lib        awk: warn(), shown(), ip4(), ip6(), addr(fam, s)
+#   allip_read_changes PROG DIR READER RESHAPE PLANNER [AWK-ARG...]
+#                        a per-run change set on stdin, through PLANNER: its
+#                        records written by awk (json-flat.awk, json-records.awk,
+#                        then the READER file, with the AWK-ARGs) when awk is
+#                        sure to read it as jq would, else by RESHAPE (jq) from
+#                        the copy awk made (DIR/in); RESHAPE and PLANNER are
+#                        commands (shell functions) reading stdin
 #                        (warn() prefixes the global "prog")
 
 # shellcheck disable=SC2016 # $i, $k, $lb... are jq variables
@@ -114,6 +121,24 @@ allip_need_jq() {
 	command -v jq >/dev/null 2>&1 && return 0
 	printf '%s: jq is missing; nothing changed\n' "$1" >&2
 	return 1
+}
+
+# jq 1.6's start-up alone takes 23-30 ms, more than half of what a one-Service
+# change set may take per run; awk reads up to 128 KiB (json-flat.awk says
+# what it leaves to jq; above that size jq reads faster).
+allip_read_changes() {
+	_allip_prog=$1 _allip_dir=$2 _allip_reader=$3 _allip_reshape=$4 _allip_planner=$5
+	shift 5
+	LC_ALL=C awk -v copy="$_allip_dir/in" -v out="$_allip_dir/rec" -v max=131072 "$@" \
+		-f "${_allip_reader%/*}/json-flat.awk" -f "${_allip_reader%/*}/json-records.awk" -f "$_allip_reader" 3>&- 5>&- 6<&-
+	case $? in
+	0) "$_allip_planner" <"$_allip_dir/rec" ;;
+	3) "$_allip_reshape" <"$_allip_dir/in" | "$_allip_planner" ;;
+	*)
+		printf '%s: cannot read the change set; nothing changed\n' "$_allip_prog" >&2
+		return 1
+		;;
+	esac
 }
 
 allip_lb() {
