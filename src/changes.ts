@@ -2,10 +2,13 @@
  * What a callout is given for a state (`--changes`): the full state, or the
  * change set from the last state it applied.
  *
- * A change set from P to N lists, in kpng order, every Service (namespace/name)
- * whose line differs between P and N: its P line as `{"Previous":LINE}` if it
- * was in P, then its N line (byte-identical to the full state's) if it is in
- * N. Unchanged Services are left out.
+ * A change set from P to N lists, in the full state's order (kpng order),
+ * every Service (namespace/name) whose line differs between P and N: its P
+ * line as `{"Previous":LINE}` if it was in P, then its N line (byte-identical
+ * to the full state's) if it is in N. Unchanged Services are left out. A
+ * state not in kpng order (a hand-written JSONL fixture keeps its file's
+ * order) gives N's order, a removed Service right after the one before it in
+ * P (or first).
  *
  * Cost: O(Services) pointer comparisons, bytes compared only for lines that
  * are not the same Buffer. A source's store keeps the line of every unchanged
@@ -65,8 +68,9 @@ export function changeSet(prev: State, next: State): Input {
     });
     return { kind: 'changes', chunks, bytes };
   }
-  const pk = ordered(prev);
-  const nk = ordered(next);
+  const pk = keyed(prev);
+  const nk = keyed(next);
+  if (!sorted(pk) || !sorted(nk)) return inStateOrder(pk, nk);
   let i = 0;
   let j = 0;
   while (i < pk.length || j < nk.length) {
@@ -96,14 +100,49 @@ interface Keyed {
   line: Buffer;
 }
 
-/** The state's lines with their Service keys, in kpng order. */
-function ordered(s: State): Keyed[] {
+/** The state's lines with their Service keys, in the state's order. */
+function keyed(s: State): Keyed[] {
   const keys = s.keys ?? s.lines.map(keyOfLine);
-  const out = s.lines.map((line, i) => ({ key: keys[i]!, line }));
-  for (let i = 1; i < out.length; i++) {
-    if (comparePaths(out[i - 1]!.key, out[i]!.key) > 0) return out.sort((x, y) => comparePaths(x.key, y.key));
+  return s.lines.map((line, i) => ({ key: keys[i]!, line }));
+}
+
+function sorted(k: readonly Keyed[]): boolean {
+  for (let i = 1; i < k.length; i++) if (comparePaths(k[i - 1]!.key, k[i]!.key) > 0) return false;
+  return true;
+}
+
+/** The change set of states not in kpng order: N's order, each removed Service after its predecessor in P. */
+function inStateOrder(pk: readonly Keyed[], nk: readonly Keyed[]): Input {
+  const before = new Map(pk.map((k) => [k.key, k.line]));
+  const inNext = new Set(nk.map((k) => k.key));
+  // Removed Services, grouped under the nearest Service before them in P that N keeps ('' = none).
+  const removedAfter = new Map<string, Buffer[]>();
+  let anchor = '';
+  for (const k of pk) {
+    if (inNext.has(k.key)) anchor = k.key;
+    else {
+      const list = removedAfter.get(anchor);
+      if (list) list.push(k.line);
+      else removedAfter.set(anchor, [k.line]);
+    }
   }
-  return out;
+  const chunks: Buffer[] = [];
+  let bytes = 0;
+  const previous = (line: Buffer): void => {
+    chunks.push(PREVIOUS, line.subarray(0, line.length - 1), CLOSE);
+    bytes += PREVIOUS.length + line.length - 1 + CLOSE.length;
+  };
+  for (const line of removedAfter.get('') ?? []) previous(line);
+  for (const k of nk) {
+    const old = before.get(k.key);
+    if (old === undefined || (old !== k.line && !old.equals(k.line))) {
+      if (old !== undefined) previous(old);
+      chunks.push(k.line);
+      bytes += k.line.length;
+    }
+    for (const line of removedAfter.get(k.key) ?? []) previous(line);
+  }
+  return { kind: 'changes', chunks, bytes };
 }
 
 /** `namespace/name` of a state line (for states built without their keys). */

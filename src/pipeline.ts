@@ -11,7 +11,8 @@ import type { MetricsServer } from './metrics/server.js';
 import type { Address } from './options.js';
 import type { RunResult } from './runner/callout.js';
 import type { Runner } from './runner/runner.js';
-import type { Source, StateSink } from './source.js';
+import type { RunNowOptions } from './runner/scheduler.js';
+import type { PushOptions, Source, StateSink } from './source.js';
 import type { State } from './state.js';
 import { inputFor, type Input } from './changes.js';
 import { constants as osConstants } from 'node:os';
@@ -66,7 +67,9 @@ export type PipelineMode =
   /** Live source: debounced, coalesced runs; `--once` runs the first state. */
   | 'live'
   /** Replay without --watch: every state runs once, in order, awaited. */
-  | 'sequential';
+  | 'sequential'
+  /** Replay --watch: the same, and a failed run is retried with the backoff (the newest state, in full) until a newer state comes. */
+  | 'watch';
 
 /** Everything a command hands to the pipeline. */
 export interface PipelineSpec {
@@ -182,7 +185,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   }
 
   // Where each state goes: the printer, or the runner (now or debounced).
-  let deliver: (state: State) => void | Promise<void>;
+  let deliver: (state: State, options?: PushOptions) => void | Promise<void>;
   if (tool === 'kpng-json') {
     // --changes: each print is the change set from the last one (nothing when nothing changed).
     let printed: State | undefined;
@@ -214,12 +217,14 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
       onEvent: metrics?.onRunnerEvent.bind(metrics),
     });
     const rn = runner;
-    if (mode === 'sequential' || common.once) {
+    if (mode !== 'live' || common.once) {
       let failed = false;
-      deliver = (state) => {
+      // With --changes a state equal to the last applied one has an empty change set: no run.
+      const how: RunNowOptions = { skipIdentical: common.changes, retry: mode === 'watch' };
+      deliver = (state, options) => {
         if (stopping || stdoutClosed) return;
         // Kept so the exit status is known even when the source does not await.
-        const p = rn.runNow(state).then((res) => {
+        const p = rn.runNow(state, options?.again ? { ...how, full: true } : how).then((res) => {
           if (!failed && exitStatus(res) !== 0) {
             failed = true;
             status = exitStatus(res);
@@ -236,12 +241,12 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   // Give back the heap a burst of ingest grew, once things are quiet (src/memory.ts).
   const compactor = createIdleCompactor({ quietMs: DEFAULTS.idleGcQuietMs });
   const sink: StateSink = {
-    push: (state) => {
+    push: (state, options) => {
       delivered = true;
       compactor.poke();
       if (common.verbosity >= 2) log.debug('state received', { services: state.services, endpoints: state.endpoints, bytes: state.bytes, input: state.origin });
       mt?.onState(state);
-      return deliver(state);
+      return deliver(state, options);
     },
     status: mt ? (st) => mt.onSourceStatus(st) : undefined,
   };

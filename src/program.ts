@@ -172,8 +172,9 @@ export function buildProgram(tool: Tool, io: CliIO, out: ErrorOutput, done: (p: 
     const common = commonFrom(o, io, tool);
     const runner = tool === 'kpng-callout' ? runnerFrom(o, io) : undefined;
     const source = await replaySourceFrom(paths, o, common, runner, io);
-    // Every state runs once, in order, awaited (the replay source debounces file events itself).
-    done(runPipeline({ tool, sourceName: 'replay', source, common, runner, mode: 'sequential', version }, io));
+    // Every state runs once, in order, awaited (the replay source debounces file events itself);
+    // under --watch a failed run is retried, as a daemon's.
+    done(runPipeline({ tool, sourceName: 'replay', source, common, runner, mode: o.watch ? 'watch' : 'sequential', version }, io));
   });
   return program;
 }

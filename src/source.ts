@@ -16,13 +16,22 @@ export interface SourceStatus {
   error?: string;
 }
 
+/** How a pushed state is meant. */
+export interface PushOptions {
+  /**
+   * The last state again, on purpose (replay --watch: the callout program
+   * changed): it runs even when identical, and in full.
+   */
+  again?: boolean | undefined;
+}
+
 /** Where a source delivers its states. */
 export interface StateSink {
   /**
    * A complete state. Live sources never wait on the returned promise (ingest
    * never waits for the callout); replay awaits it to run fixtures in order.
    */
-  push(state: State): void | Promise<void>;
+  push(state: State, options?: PushOptions): void | Promise<void>;
   /** Status changes of a live source. */
   status?: ((status: SourceStatus) => void) | undefined;
 }

@@ -34,6 +34,19 @@ t.test('add, modify, remove: Previous lines then new lines, in kpng order, uncha
   );
 });
 
+t.test('states not in kpng order (a JSONL fixture in its own order): the full state\'s order, a removed Service after its predecessor', async (t) => {
+  const item = (n: string, port = 80) => ({ Service: svc('n', n, port), Endpoints: [] });
+  // kept order: z, a, m, b; then z modified, m removed, k added between a and b, b kept
+  const p = stateFromItems([item('z'), item('a'), item('m'), item('b')]);
+  const n = stateFromItems([item('z', 81), item('a'), item('k'), item('b', 82)]);
+  t.not(p.lines[0]!.toString(), n.lines[0]!.toString());
+  const line = (s: State, i: number): string => s.lines[i]!.toString();
+  const prev = (s: State, i: number): string => `{"Previous":${line(s, i).slice(0, -1)}}\n`;
+  t.equal(text(changeSet(p, n).chunks), prev(p, 0) + line(n, 0) + prev(p, 2) + line(n, 2) + prev(p, 3) + line(n, 3));
+  const first = stateFromItems([item('y'), item('a')]);
+  t.equal(text(changeSet(first, stateFromItems([item('a')])).chunks), prev(first, 0), 'a removed first Service comes first');
+});
+
 t.test('lines are compared by reference first, by bytes when not the same Buffer; states without keys work too', async (t) => {
   const a = stateFromItems([{ Service: svc('n', 'a'), Endpoints: [] }, { Service: svc('n', 'b'), Endpoints: [] }]);
   const b = stateFromItems([{ Service: svc('n', 'a'), Endpoints: [] }, { Service: svc('n', 'b', 90), Endpoints: [] }]);

@@ -95,7 +95,15 @@ function flush() {
 	emit(GP, "~", join(bdecl, blk))
 	bdecl = blk = ""
 }
-function port_rules(   pm, i, k, sname, xname, ipl, xl, x) {
+function port_rules(   pm, i, k, sname, xname, ipl, xl, x, n) {
+	# only the destinations this Service owns; none: no chains either
+	n = 0
+	for (i = 1; i <= ncl; i++) if (mine("destination " cl[i] " " PROTO " " PORT)) cl[++n] = cl[i]
+	ncl = n; n = 0
+	for (i = 1; i <= nx; i++) if (mine("destination " xip[i] " " PROTO " " PORT)) xip[++n] = xip[i]
+	nx = n
+	if (NP != "" && !mine("NodePort " PROTO " " NP)) NP = ""
+	if (!ncl && !nx && NP == "") return
 	pm = " -p " PROTO " -m " PROTO " --dport " PORT
 	ipl = xl = ""
 	for (i = 1; i <= nep; i++) {
@@ -140,6 +148,15 @@ function port_rules(   pm, i, k, sname, xname, ipl, xl, x) {
 			if (PROTO == "udp") want_eps("n " NP, xl)
 		}
 	}
+}
+# Whether this Service port may program destination key d (d DEST PROTO PORT
+# or n PROTO NODEPORT): the first Service in the state's order owns it, as
+# in service-proxy-nft; a later one is logged and left out.
+function mine(d) {
+	if (!(d in downer)) { downer[d] = svc; return 1 }
+	if (downer[d] == svc) return 1
+	if (!((d, svc) in dwarned)) { dwarned[d, svc] = 1; warn(shown(svc) ": skipping " d ": already used by " shown(downer[d])) }
+	return 0
 }
 function want_eps(key, l) { newset[key] = (key in newset) ? newset[key] " " l : l; newkey[key] = 1 }
 BEGIN {
@@ -196,10 +213,15 @@ $1 == "P" {
 	PORT = $6
 	NP = ""
 	if ($7 != "0") { if (port($7)) NP = $7; else if (FAM == 4) warn(name ": NodePort " shown($7) " is not an integer 1-65535; ignored") }
-	TP = $8 != "0" && port($8) ? $8 : PORT
+	TP = PORT
+	if ($8 != "0") { if (port($8)) TP = $8; else if (FAM == 4) warn(name ": target port " shown($8) " is not an integer 1-65535; using the port") }
 	ETP = $9 == "true"
 	aff = ""
-	if ($10 != "-1") { aff = $10 ~ /^[1-9][0-9]*$/ && length($10) < 10 ? $10 : 10800 }
+	if ($10 != "-1") {
+		aff = 10800
+		if ($10 ~ /^[1-9][0-9]*$/ && length($10) <= 5 && $10 + 0 <= 86400) aff = $10
+		else if ($10 != "0" && FAM == 4) warn(name ": session affinity timeout " shown($10) " is not 1..86400; using 10800")
+	}
 	key = FAM "|" svc "|" $4 "|" PROTO "|" PORT
 	GP = chainname("KPNG-SP-T", key, 11)
 	if (GP == "") next

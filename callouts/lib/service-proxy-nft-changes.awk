@@ -1,13 +1,22 @@
 # service-proxy-nft: the planner's change sets (see service-proxy-nft.awk
 # for the rest of the planning, which this uses): only the changed
 # Services' elements and affinity chains, in one transaction guarded by the
-# gen, ids and dups sets. Sets `bad` (and writes nothing) when the lines
-# repeat a Service or are out of order.
+# gen, ids and dups sets, and the maps themselves: a destination goes into
+# svcF (npF) with `create` and is checked absent from noepF (noepnpF) after
+# the additions, and the other way round, so a destination another Service
+# holds fails the transaction (the runner then sends a full state, which
+# decides as a full state does: the first in kpng order). Sets `bad` (and
+# writes nothing) when the lines repeat a Service or are out of order.
 
 # ---- change set: only the changed Services, guarded ----
 function app(A, k, v) { if (k in A) A[k] = A[k] ", " v; else A[k] = v }
-function changes(   i, n, a, k, t, last, s, c, e, eps, f, m, w, p, z, du, d, keyf, op, np_, kk) {
-	ncmd = 0; nd0 = 0
+# The map a destination must not also be in (a Service's destination has
+# endpoints or it has none, never both).
+function othermap(m) { return m ~ /^svc/ ? "noep" substr(m, 4) : m ~ /^noepnp/ ? "np" substr(m, 7) : m ~ /^noep/ ? "svc" substr(m, 5) : "noepnp" substr(m, 3) }
+# Whether the kernel holds chain `name` of our table (not when DRY_RUN).
+function have_chain(name) { return !dry && system("nft list chain " T " " name " >/dev/null 2>&1 </dev/null") == 0 }
+function changes(   i, n, a, k, t, last, s, c, e, eps, f, m, w, p, z, du, d, keyf, op, np_, kk, same, ng2, G2) {
+	ncmd = 0; nd0 = 0; ng2 = 0
 	last = ""
 	for (i = 1; i <= nrec; i++) {
 		split(rec[i], a, "\t")
@@ -29,13 +38,29 @@ function changes(   i, n, a, k, t, last, s, c, e, eps, f, m, w, p, z, du, d, key
 			if (!(pk in PREV)) G1[++ng1] = "create element " T " ids { " pid " }"
 			G1[++ng1] = "add element " T " gen { " pid " . " phash " }"
 		}
+		delete same
 		for (c = 1; c <= nc; c++) {
 			f = cf[c]
+			# a destination the Service lists twice (a cluster IP also among its
+			# external IPs): its first claim only, as in a full state
+			kk = f SUBSEP ck[c] SUBSEP ckey[c]
+			if (kk in same) {
+				if (cepsu[c] != "" && op == 2) {
+					n = split(cepsu[c], eps, "|")
+					for (e = 1; e <= n; e++) { split(eps[e], w, " "); if (!((f, w[1]) in HPA)) { HPA[f, w[1]] = 1; app(ADD, "hairpin" f, w[1] " . " w[1]) } }
+				}
+				continue
+			}
+			same[kk] = 1
 			if (op == 1) {
 				G1[++ng1] = "create element " T " " (ck[c] == "d" ? "dups" : "dupsnp") f " { " ckey[c] " }"
 				G1[++ng1] = "delete element " T " " (ck[c] == "d" ? "dups" : "dupsnp") f " { " ckey[c] " }"
 				app(DEL, cmap[c], ckey[c])
-			} else app(ADD, cmap[c], ckey[c] " : " cverd[c])
+			} else {
+				app(ADD, cmap[c], ckey[c] " : " cverd[c])
+				G2[++ng2] = "create element " T " " othermap(cmap[c]) " { " ckey[c] " : goto reject_new }"
+				G2[++ng2] = "delete element " T " " othermap(cmap[c]) " { " ckey[c] " }"
+			}
 			if (ceps[c] != "") {
 				n = split(ceps[c], eps, "|")
 				m = (ck[c] == "d" ? "ep" : "epnp") f "_" n
@@ -79,15 +104,18 @@ function changes(   i, n, a, k, t, last, s, c, e, eps, f, m, w, p, z, du, d, key
 	for (i = 1; i <= ndca; i++) print DCa[i] > out
 	for (i = 1; i <= ndce; i++) print DCe[i] > out
 	for (i = 1; i <= nds; i++) print DS[i] > out
-	# shared chains first the plain ones (the marking ones jump to them)
-	for (k in PN) { split(k, p, SUBSEP); if (p[2] == "p" || p[2] == "n") print pchain(p[1], p[2], p[3], "add") > out }
-	for (k in PN) { split(k, p, SUBSEP); if (p[2] == "x" || p[2] == "m") print pchain(p[1], p[2], p[3], "add") > out }
+	# shared chains (for more than PRE endpoints) the table lacks, first the
+	# plain ones (the marking ones jump to them); one the table has is left
+	# as it is: nft 1.0.6 cannot evaluate a rule on an epF_N that holds elements
+	for (k in PN) { split(k, p, SUBSEP); if ((p[2] == "p" || p[2] == "n") && !have_chain(p[2] p[1] "_" p[3])) print pchain(p[1], p[2], p[3], "add") > out }
+	for (k in PN) { split(k, p, SUBSEP); if ((p[2] == "x" || p[2] == "m") && !have_chain(p[2] p[1] "_" p[3])) print pchain(p[1], p[2], p[3], "add") > out }
 	for (i = 1; i <= nas; i++) print AS[i] > out
 	for (i = 1; i <= nac; i++) print AC[i] > out
 	for (m in ADD) {
 		if (m ~ /^(svc|noep|np|noepnp)/) print "create element " T " " m " { " ADD[m] " }" > out
 		else print "add element " T " " m " { " ADD[m] " }" > out
 	}
+	for (i = 1; i <= ng2; i++) print G2[i] > out
 	close(out)
 	wrote = 1
 	# conntrack: endpoints that went, destinations that had none and now have some

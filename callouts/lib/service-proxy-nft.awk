@@ -10,7 +10,8 @@
 # when a script was written.
 # Every address that reaches the script is a checked literal in canonical
 # form, every number a checked integer, every name a checked Kubernetes
-# name; nothing else from the state is ever written.
+# name (another name is replaced by a hash of it); nothing else from the
+# state is ever written.
 
 function dnsname(s) { return length(s) <= 63 && s ~ /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/ }
 function num(s, lo, hi) { return s ~ /^[0-9]+$/ && length(s) <= 10 && s + 0 >= lo && s + 0 <= hi }
@@ -28,14 +29,24 @@ function hexv(h,   v, i) {
 	return v
 }
 function fold(h, v) { return (h * 65599 + v) % M }
+# Every byte counts: the characters of Kubernetes names (and /) as 1..38,
+# any other byte as 64 + its value (the hashes of valid names are those of
+# earlier versions, so their table elements stay valid across an upgrade).
 function strhash(s, mul,   i, v) {
+	if (!ordready) {
+		ordready = 1
+		for (i = 1; i < 256; i++) ORDH[sprintf("%c", i)] = 64 + i
+		for (i = 1; i <= 38; i++) ORDH[substr("abcdefghijklmnopqrstuvwxyz0123456789-/", i, 1)] = i
+	}
 	v = 5381
-	for (i = 1; i <= length(s); i++) v = (v * mul + index("abcdefghijklmnopqrstuvwxyz0123456789-/", substr(s, i, 1))) % M
+	for (i = 1; i <= length(s); i++) v = (v * mul + ORDH[substr(s, i, 1)]) % M
 	return v
 }
 
 # plan(record): what one Service asks for, independent of every other
 # Service. Sets: pk (its key "ns/name", "" if skipped), pid ("H1 . H2"),
+# ptag (pk when both are valid Kubernetes names, else "h" and pid's hashes:
+# what names its affinity objects),
 # phash (a hash of all of it), claims 1..nc (cf family, ck "d"|"n", ckey,
 # cmap, cverd, ceps "EP . PORT" joined by "|", cudp "DEST PORT" or ""),
 # affinity objects 1..na (aset (decl) / achain (name) lines in aobj), and
@@ -44,12 +55,11 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 	n = split(line, a, "\t")
 	pk = ""; nc = 0; na = 0; phash = 0
 	ns = a[2]; nm = a[3]
-	if (!dnsname(ns) || !dnsname(nm)) {
-		if (loud) warn("skipping Service " shown(ns "/" nm) ": not a valid Kubernetes namespace/name")
-		return 0
-	}
 	pk = ns "/" nm
 	pid = sprintf("%.0f . %.0f", strhash(pk, 31), strhash(pk, 65599))
+	# a name Kubernetes would refuse (an old or a hand-made state) is never
+	# written into the ruleset: its objects are named by its hashes
+	ptag = dnsname(ns) && dnsname(nm) ? pk : sprintf("h%.0f-%.0f", strhash(pk, 31), strhash(pk, 65599))
 	etp = a[4] == "1"; aff = a[5] == "1"; tmo = a[6]; hl = a[7] == "1"
 	if (aff) {
 		if (tmo == "0" || tmo == "") tmo = 10800
@@ -127,7 +137,7 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 				list = ""
 				for (e = 1; e <= n; e++) list = list (e > 1 ? "|" : "") (sc == 1 ? ep_of(f, eint[e], tint[e]) : ep_of(f, eext[e], text[e]))
 				verd = ""
-				if (n && aff) verd = "goto " affinity(f, sc, pk, PR[proto], pn, n, sc == 1 ? "c" : "x", sc == 2 && !etp, tmo, eint, tint, eext, text)
+				if (n && aff) verd = "goto " affinity(f, sc, ptag, PR[proto], pn, n, sc == 1 ? "c" : "x", sc == 2 && !etp, tmo, eint, tint, eext, text)
 				for (k = 1; k <= nd; k++) {
 					nc++
 					cf[nc] = f
@@ -163,6 +173,9 @@ function ep_of(f, ep, tp) { return ep " . " tp }
 # Affinity: per Service port, family and scope, a chain that sends a client
 # seen within the timeout to its endpoint (a dynamic set per endpoint), else
 # picks one (numgen, uniformly, via a chain per endpoint that records it).
+# A known client goes through its endpoint's chain too, whose update
+# restarts the timeout: affinity lasts TimeoutSeconds after the client's
+# last new connection, not its first (as kube-proxy and iptables' recent).
 function affinity(f, sc, pk, pr, pn, n, s, masq, tmo, eint, tint, eext, text,   base, i, ep, tp, sa, da, body) {
 	base = f s "-" pk "-" pn
 	sa = f == 4 ? "ip saddr" : "ip6 saddr"
@@ -172,7 +185,7 @@ function affinity(f, sc, pk, pr, pn, n, s, masq, tmo, eint, tint, eext, text,   
 		ep = sc == 1 ? eint[i] : eext[i]; tp = sc == 1 ? tint[i] : text[i]
 		aobj[++na] = "set\ta" base "-" i "\t{ type ipv" f "_addr; flags dynamic,timeout; timeout " tmo "s; }"
 		aobj[++na] = "chain\te" base "-" i "\t\t\tupdate @a" base "-" i " { " sa " }\n\t\tmeta l4proto " pr " dnat " da " to " (f == 4 ? ep : "[" ep "]") ":" tp
-		body = body "\t\t" sa " @a" base "-" i " meta l4proto " pr " dnat " da " to " (f == 4 ? ep : "[" ep "]") ":" tp "\n"
+		body = body "\t\t" sa " @a" base "-" i " goto e" base "-" i "\n"
 	}
 	for (i = 1; i < n; i++) body = body "\t\tnumgen random mod " (n - i + 1) " == 0 goto e" base "-" i "\n"
 	body = body "\t\tgoto e" base "-" n

@@ -20,6 +20,10 @@
 # that of the values written after it (`n`: objects and arrays only).
 def b: if . == true then "1" else "0" end;
 def n: if type == "array" or type == "object" then length else 0 end;
+# A number field: a number as it is, none (null, false) as 0, anything else
+# as its JSON text, which awk's checks then refuse and log (a string "83" is
+# not a port: only numbers from the state are used, as the iptables callout).
+def int: if type == "number" then . elif . == null then 0 else tojson end;
 def rec($t; $i; $slow):
 	if ($i | type) == "object" and ($i.Service | type) == "object" then
 		$i.Service as $s
@@ -31,13 +35,13 @@ def rec($t; $i; $slow):
 		| ($i.Endpoints? // []) as $eps
 		| [$t, ($s.Namespace? // ""), ($s.Name? // ""), ($s.ExternalTrafficToLocal? | b),
 		   (if ($s.SessionAffinity? | type) == "object" and ($s.SessionAffinity.ClientIP? | type) == "object"
-		    then "1", ($s.SessionAffinity.ClientIP.TimeoutSeconds? // 0) else "0", 0 end),
+		    then "1", ($s.SessionAffinity.ClientIP.TimeoutSeconds? // null | int) else "0", 0 end),
 		   ($ip.Headless? // false | b),
 		   ($c4 | n), $c4[]?, ($c6 | n), $c6[]?, ($x4 | length), $x4[], ($x6 | length), $x6[],
-		   ($ports | n), ($ports[]? | (.Name? // ""), (.Protocol? // 0), (.Port? // 0), (.NodePort? // 0), (.TargetPort? // 0)),
+		   ($ports | n), ($ports[]? | (.Name? // ""), (.Protocol? // null | int), (.Port? // null | int), (.NodePort? // null | int), (.TargetPort? // null | int)),
 		   ($eps | n), ($eps[]? | (.IPs?.V4?[0]? // ""), (.IPs?.V6?[0]? // ""),
 		      ((.Scopes? // null) as $sc | if ($sc | type) == "object" then ($sc.Internal | b), ($sc.External | b) else "1", "1" end),
-		      ((.PortOverrides? // []) | n), (.PortOverrides?[]? | (.Name? // ""), (.Port? // 0)))]
+		      ((.PortOverrides? // []) | n), (.PortOverrides?[]? | (.Name? // ""), (.Port? // null | int)))]
 		| if $slow then map(tostring) else . end | @tsv
 	else "X" end;
 def line($slow):

@@ -10,14 +10,18 @@
  * - the callout acknowledges each frame, in order, with one line on fd 3:
  *   `ok`, or `error` optionally followed by a space and a message; anything
  *   else counts as `error` (and is logged); an ack with no frame waiting is
- *   logged and ignored;
+ *   logged and ignored, and puts the callout in doubt: the next frame is
+ *   full, and after an `error` (or anything not `ok`) the newest state is
+ *   sent again (`lost`), since that may have been the last frame's real ack;
  * - the first frame to a (re)started process is full, whatever `--changes`.
  *
  * A frame not acknowledged within the timeout (from its first byte), or a
- * callout that exits or closes fd 3, fails the frame's run: its process
+ * callout that exits or closes fd 3 (and has not exited within
+ * FD3_EXIT_WAIT_MS: a program closes its descriptors as it exits, and its
+ * exit status is the better report), fails the frame's run: its process
  * group is ended (SIGTERM, SIGKILL after the grace) and the next run starts
  * a new process, fed a full frame (the scheduler retries with its backoff).
- * When the callout goes away between frames, `lost` listeners are told, so
+ * When the callout goes away (exits, or closes fd 3) between frames, `lost` listeners are told, so
  * that the newest state is sent again (to a new process, as a full frame).
  * Its stderr lines are written as `[frame N] line` (N the Seq of the newest
  * frame written), stdout unchanged. When the program file changed since it
@@ -43,6 +47,8 @@ export type PersistentCalloutOptions = CalloutProcessOptions;
 const PIPE_DRAIN_MS = 200;
 /** An ack line longer than this is cut (a callout writing garbage to fd 3). */
 const MAX_ACK_BYTES = 4096;
+/** After fd 3 closes, how long the callout may take to exit before it counts as having closed fd 3. */
+const FD3_EXIT_WAIT_MS = 250;
 
 /** How a frame ended, before it becomes a RunResult. */
 type FrameEnd = { ack: 'ok' } | { ack: 'error'; message: string } | { gone: 'exit' | 'fd3' | 'timeout' | 'stop' | 'kill' };
@@ -172,10 +178,7 @@ export class PersistentCallout implements Callout {
       l.waiting = undefined;
       const durationMs = Math.max(0, this.now() - started);
       if ('ack' in end) {
-        if (end.ack === 'ok') {
-          l.fresh = false;
-          return { run, result: 'ok', durationMs };
-        }
+        if (end.ack === 'ok') return { run, result: 'ok', durationMs };
         return { run, result: 'failed', durationMs, message: `callout frame ${seq} (run ${run}) failed: ${end.message}`, ...tail(l) };
       }
       // Gone (or going): end its group, wait until nothing of it is left.
@@ -284,9 +287,7 @@ export class PersistentCallout implements Callout {
       else if (!l.ending && !this.closing) {
         const how = status.signal !== null ? `killed by ${status.signal}` : `exit status ${status.code}`;
         this.log.warn(`persistent callout exited between frames (${how}): restarting it with the newest state`, { ...fields, stderr: tail(l).stderrTail });
-        void l.gone.then(() => {
-          for (const f of this.lostListeners) f(`exited (${how})`);
-        });
+        void l.gone.then(() => this.tellLost(`exited (${how})`));
       }
     });
     this.log.info('persistent callout started', { pid: pgid, file: this.options.file });
@@ -311,20 +312,43 @@ export class PersistentCallout implements Callout {
     });
     fd3.on('error', () => {});
     fd3.on('end', () => {
-      // fd 3 closed while a frame waits: the callout can no longer answer.
-      if (l.waiting && !l.exited) l.waiting({ gone: 'fd3' });
+      // The callout can no longer answer: unless it is exiting (then its exit reports it), end it.
+      const t = setTimeout(() => {
+        if (l.exited || l.ending) return;
+        if (l.waiting) return l.waiting({ gone: 'fd3' });
+        if (this.closing) return;
+        this.log.warn('persistent callout closed fd 3 between frames: restarting it with the newest state', { pid: l.group.pgid, stderr: tail(l).stderrTail });
+        this.end(l);
+        void l.gone.then(() => this.tellLost('closed fd 3'));
+      }, FD3_EXIT_WAIT_MS);
+      void l.gone.then(() => clearTimeout(t));
     });
+  }
+
+  private tellLost(why: string): void {
+    for (const f of this.lostListeners) f(why);
   }
 
   private ack(l: Live, raw: string): void {
     const line = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
     const waiting = l.waiting;
     if (!waiting) {
-      this.log.warn(`persistent callout acknowledged with no frame waiting: ${JSON.stringify(line)} ignored`, { frame: this.seq });
+      // Acks and frames no longer pair up for sure: the next frame is full, and an `error` may be the last frame's own.
+      l.fresh = true;
+      if (line === 'ok') {
+        this.log.warn(`persistent callout acknowledged with no frame waiting: ${JSON.stringify(line)} ignored; the next frame is full`, { frame: this.seq });
+        return;
+      }
+      this.log.warn(`persistent callout acknowledged with no frame waiting: ${JSON.stringify(line)}; sending the newest state again, in full`, { frame: this.seq });
+      if (!l.ending && !this.closing) this.tellLost(`acknowledged ${JSON.stringify(line.slice(0, 200))} with no frame waiting`);
       return;
     }
     l.waiting = undefined;
-    if (line === 'ok') return waiting({ ack: 'ok' });
+    if (line === 'ok') {
+      // Here, not when the run ends: a second ack in the same read must put the callout in doubt again.
+      l.fresh = false;
+      return waiting({ ack: 'ok' });
+    }
     if (line === 'error' || line.startsWith('error ')) return waiting({ ack: 'error', message: line.slice(6) || 'error' });
     this.log.warn(`persistent callout wrote ${JSON.stringify(line)} on fd 3 for frame ${this.seq}, not "ok" or "error ...": taken as an error`, { frame: this.seq });
     waiting({ ack: 'error', message: `not an ack: ${JSON.stringify(line)}` });

@@ -11,7 +11,9 @@
  *   `resyncPeriodMs` forces a periodic re-run anyway.
  * - Failures are retried with the jittered `backoffDelay`; a newer state
  *   supersedes a pending retry.
- * - `runNow` (one-shot path) queues ahead of debounced states.
+ * - `runNow` (one-shot and replay path) queues ahead of debounced states;
+ *   by its options it skips identical input, retries a failure, or hands
+ *   the state over in full.
  *
  * Pure: time comes from the injected clock and timers, runs from the injected
  * `Callout`, so every rule here is tested on a fake clock with a fake callout.
@@ -60,9 +62,20 @@ export interface SchedulerOptions {
   random?: (() => number) | undefined;
 }
 
+/** How a `runNow` state is treated; by default it runs once, whatever the last run was. */
+export interface RunNowOptions {
+  /** Skip it (result `skipped`) when it equals the last successful run's input (a change set would be empty). */
+  skipIdentical?: boolean | undefined;
+  /** On failure, retry the newest state with the backoff, as the daemon path does (replay --watch). */
+  retry?: boolean | undefined;
+  /** Hand it over in full, never as a change set (the callout program changed). */
+  full?: boolean | undefined;
+}
+
 interface NowRequest {
   state: State;
   since: number;
+  options: RunNowOptions;
   resolve: (r: RunResult) => void;
 }
 
@@ -150,14 +163,16 @@ export class Scheduler {
 
   /**
    * Runs `state` once, after any in-flight run (before debounced ones): no
-   * debounce, no skip-identical, no retry. After stop() it resolves at once
-   * with result `skipped` (run 0), as do requests still queued at stop().
+   * debounce; skip-identical, retry and full input only as `options` say.
+   * After stop() it resolves at once with result `skipped` (run 0), as do
+   * requests still queued at stop().
    */
-  runNow(state: State): Promise<RunResult> {
+  runNow(state: State, options: RunNowOptions = {}): Promise<RunResult> {
     if (this.stopped) return Promise.resolve({ ...NOT_RUN });
     this.latest = state;
+    this.clearRetry(); // a newer state supersedes a pending retry
     return new Promise((resolve) => {
-      this.nowQueue.push({ state, since: this.now(), resolve });
+      this.nowQueue.push({ state, since: this.now(), options, resolve });
       this.schedule();
     });
   }
@@ -269,10 +284,26 @@ export class Scheduler {
     if (this.current || this.stopped) return; // the end of the current run schedules again
     const req = this.nowQueue.shift();
     if (req) {
-      this.launch(req.state, 'now', req.since, (r) => {
-        if (r.result === 'ok') this.clearRetry(); // the newest state was applied
-        req.resolve(r);
-      });
+      const o = req.options;
+      // Compared when it comes to run: the runs queued before it set the baseline.
+      if (o.skipIdentical && !o.full && this.lastOk !== undefined && sameState(req.state, this.lastOk)) {
+        this.log.debug('callout run skipped: state unchanged since the last successful run', { services: req.state.services, bytes: req.state.bytes });
+        this.emit({ type: 'run-skipped', reason: 'now', pendingSince: req.since, at: this.now() });
+        req.resolve({ run: 0, result: 'skipped', durationMs: 0, message: 'state unchanged since the last successful run' });
+        this.schedule();
+        return;
+      }
+      this.launch(
+        req.state,
+        'now',
+        req.since,
+        (r) => {
+          if (r.result === 'ok') this.clearRetry(); // the newest state was applied
+          else if (o.retry && !r.stopped && !this.stopped && this.pending === undefined && this.nowQueue.length === 0) this.scheduleRetry(r);
+          req.resolve(r);
+        },
+        o.full ?? false,
+      );
       return;
     }
     if (this.pending === undefined) {

@@ -15,7 +15,7 @@ const line = (ns: string, name: string, port: number): string =>
   `{"Service":{"Namespace":"${ns}","Name":"${name}","Type":"ClusterIP","IPs":{"ClusterIPs":{"V4":["10.96.0.1"]}},"Ports":[{"Protocol":1,"Port":${port},"TargetPort":${port}}],"SessionAffinity":null},"Endpoints":null}`;
 const prev = (l: string): string => `{"Previous":${l}}`;
 
-/** Three states as jsonl fixtures: a/x a/y b/z; then a/y modified, b/z removed, a/w added; then unchanged. */
+/** Three states as jsonl fixtures: a/x a/y b/z; then a/y modified, b/z removed, a/w added; then unchanged (no run with --changes). */
 function fixtures(t: Test): { dir: string; files: string[]; s1: string[]; s2: string[] } {
   const dir = tempDir(t, 'kpng-e2e-changes-');
   const s1 = [line('a', 'x', 80), line('a', 'y', 80), line('b', 'z', 80)];
@@ -28,14 +28,14 @@ function fixtures(t: Test): { dir: string; files: string[]; s1: string[]; s2: st
   return { dir, files, s1, s2 };
 }
 
-t.test('kpng-callout replay --changes: the first run full, then change sets from the last applied state, bytes exact', async (t) => {
+t.test('kpng-callout replay --changes: the first run full, then change sets from the last applied state, bytes exact; an unchanged state makes no run', async (t) => {
   const { dir, files, s1, s2 } = fixtures(t);
   const rec = recordingCallout(dir, 'rec');
   const env = shScript(dir, 'env-rec', `echo "$KPNG_CALLOUT_INPUT" >> '${dir}/inputs'; exec '${rec.path}'\n`);
   const c = runBin(t, 'kpng-callout', ['replay', '--changes', '--callout', env, ...files]);
   t.equal(await c.exited(), 0);
-  t.same(rec.runs(), [s1.join('\n') + '\n', [s2[0], prev(s1[1]!), s2[2], prev(s1[2]!)].join('\n') + '\n', '']);
-  t.equal(readFileSync(join(dir, 'inputs'), 'utf8'), 'full\nchanges\nchanges\n');
+  t.same(rec.runs(), [s1.join('\n') + '\n', [s2[0], prev(s1[1]!), s2[2], prev(s1[2]!)].join('\n') + '\n']);
+  t.equal(readFileSync(join(dir, 'inputs'), 'utf8'), 'full\nchanges\n');
 });
 
 t.test('without --changes nothing differs: full states, no KPNG_CALLOUT_INPUT', async (t) => {
@@ -83,7 +83,7 @@ echo eof >> '${dir}/frames'
   );
 }
 
-t.test('replay --persistent --changes: one process receives every state as a frame, in order, then EOF', async (t) => {
+t.test('replay --persistent --changes: one process receives every state as a frame, in order (an unchanged one makes none), then EOF', async (t) => {
   const { dir, files, s1, s2 } = fixtures(t);
   const c = runBin(t, 'kpng-callout', ['replay', '--persistent', '--changes', '--callout', persistentCallout(dir), ...files]);
   t.equal(await c.exited(), 0);
@@ -98,7 +98,6 @@ t.test('replay --persistent --changes: one process receives every state as a fra
       prev(s1[1]!),
       s2[2],
       prev(s1[2]!),
-      '{"Frame":{"Seq":3,"Input":"changes"}}',
       'eof',
       '',
     ].join('\n'),
@@ -142,6 +141,34 @@ t.test('replay --watch --persistent: a new version of the callout replaces the o
   await waitGone(pid);
   t.not(Number(readFileSync(join(dir, 'pid'), 'utf8')), pid, 'a new process');
   t.match(c.stderr.join('\n'), /restarting the persistent callout/);
+  c.proc.kill('SIGTERM');
+  t.equal(await c.exited(), 0);
+});
+
+t.test('replay --watch --persistent: a frame never acknowledged is retried after the backoff, in full, by a new process (no edit needed)', async (t) => {
+  const { dir, files, s1 } = fixtures(t);
+  // The first process reads its frame and never acks; the next one acks.
+  const callout = shScript(
+    dir,
+    'hang-once',
+    `echo $$ >> '${dir}/pids'
+while IFS= read -r h; do
+  printf '%s\\n' "$h" >> '${dir}/frames'
+  while IFS= read -r l && [ -n "$l" ]; do :; done
+  if [ ! -f '${dir}/hung' ]; then : > '${dir}/hung'; sleep 1000; fi
+  echo ok >&3
+done
+`,
+  );
+  const c = runBin(t, 'kpng-callout', ['replay', '--watch', '--persistent', '--changes', '--timeout', '500ms', '--retry-min', '100ms', '--retry-max', '100ms', '--callout', callout, files[0]!]);
+  await c.line('stderr', /not acknowledged within 500ms/);
+  await c.line('stderr', /retrying the callout in/);
+  await c.line('stderr', /callout run finished/);
+  t.equal(readFileSync(join(dir, 'frames'), 'utf8'), '{"Frame":{"Seq":1,"Input":"full"}}\n{"Frame":{"Seq":2,"Input":"full"}}\n');
+  const pids = readFileSync(join(dir, 'pids'), 'utf8').trim().split('\n').map(Number);
+  t.equal(pids.length, 2, 'a new process');
+  t.notOk(pidAlive(pids[0]!), 'the hung one (and its sleep) ended');
+  t.ok(s1.length > 0);
   c.proc.kill('SIGTERM');
   t.equal(await c.exited(), 0);
 });

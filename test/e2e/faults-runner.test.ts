@@ -69,7 +69,8 @@ t.test('replay --watch: a fixture deleted and recreated; runs and failures in /m
   writeFileSync(fixture, first);
   const inputs = join(dir, 'replay.inputs');
   const callout = script('replay-callout', `cat > '${inputs}'.$KPNG_CALLOUT_RUN; if grep -q poison '${inputs}'.$KPNG_CALLOUT_RUN; then echo "refusing" >&2; exit 2; fi; echo "ran $KPNG_CALLOUT_RUN"\n`);
-  const p = runBin(t, 'kpng-callout', ['replay', '--watch', fixture, '--callout', callout, '--debounce', '20ms', '--metrics-addr', '127.0.0.1:0', '-v']);
+  // The retry after a failure is due only after the test (a newer state supersedes it).
+  const p = runBin(t, 'kpng-callout', ['replay', '--watch', fixture, '--callout', callout, '--debounce', '20ms', '--retry-min', '1m', '--retry-max', '1m', '--metrics-addr', '127.0.0.1:0', '-v']);
   const base = await metricsBase(p);
   await p.line('stdout', /^ran 1$/);
   await p.line('stderr', /watching /);
@@ -79,12 +80,12 @@ t.test('replay --watch: a fixture deleted and recreated; runs and failures in /m
   t.match(await check(base, '/healthz'), { status: 200, body: /ok: run 1 succeeded/ });
   t.equal((await check(base, '/readyz')).status, 200);
 
-  // A state the callout refuses: failed, not healthy (replay does not retry), still ready.
+  // A state the callout refuses: failed, a retry scheduled (healthy while it is), still ready.
   writeFileSync(fixture, poisoned);
   await p.line('stderr', /callout run 2 failed: exit status 2/);
   m = await scrapeUntil(base, (x) => x.get('kpng_callout_runs_total{result="failed"}') === 1, 'run 2 failed');
   t.equal(m.get('kpng_callout_last_run_success'), 0);
-  t.match(await check(base, '/healthz'), { status: 503, body: /run 2 failed \(callout run 2 failed: exit status 2\); no retry scheduled/ });
+  t.match(await check(base, '/healthz'), { status: 200, body: /retrying after run 2 failed \(callout run 2 failed: exit status 2\)/ });
   t.equal((await check(base, '/readyz')).status, 200, 'ready stays once a run succeeded');
 
   // Deleted: logged, no run; recreated identical: no run; changed: a run.
@@ -102,4 +103,20 @@ t.test('replay --watch: a fixture deleted and recreated; runs and failures in /m
   t.equal(await p.exited(), 0);
   t.equal(readFileSync(`${inputs}.3`, 'utf8'), fixed, 'the recreated fixture was run');
   t.equal(p.stdout.filter((l) => l.startsWith('ran ')).length, 2, 'no run for the deletion or the identical recreation');
+});
+
+t.test('replay --watch: a failed run is retried with the backoff, in full, until it succeeds', async (t) => {
+  const fixture = join(dir, 'retry.jsonl');
+  writeFileSync(fixture, stateLine('a') + stateLine('b'));
+  const flag = join(dir, 'retry.fail');
+  writeFileSync(flag, '');
+  const inputs = join(dir, 'retry.inputs');
+  // Fails while the flag file exists; the third run removes it first.
+  const callout = script('retry-callout', `cat > '${inputs}'.$KPNG_CALLOUT_RUN; [ "$KPNG_CALLOUT_RUN" -ge 3 ] && rm -f '${flag}'; if [ -f '${flag}' ]; then exit 5; fi; echo "ran $KPNG_CALLOUT_RUN $KPNG_CALLOUT_INPUT"\n`);
+  const p = runBin(t, 'kpng-callout', ['replay', '--watch', '--changes', fixture, '--callout', callout, '--debounce', '20ms', '--retry-min', '50ms', '--retry-max', '100ms']);
+  await p.line('stdout', /^ran 3 full$/);
+  t.match(p.stderr.join('\n'), /callout run 1 failed: exit status 5[\s\S]*retrying the callout in[\s\S]*callout run 2 failed: exit status 5/);
+  t.equal(readFileSync(`${inputs}.3`, 'utf8'), stateLine('a') + stateLine('b'), 'the whole state');
+  p.proc.kill('SIGTERM');
+  t.equal(await p.exited(), 0);
 });

@@ -16,10 +16,13 @@ import { Scripts, Sink, st } from './harness.js';
 /**
  * A frame reader: saves each frame (header, lines) to $DIR/frames, its pid
  * to $DIR/pid, then acks with the first word of $DIR/ack-N when present
- * (`crash` exits 3, `hang` never acks, `garbage` writes that), else `ok`.
+ * (`crash` exits 3, `hang` never acks, `twice` acks ok twice, `late` acks ok
+ * then `error late` 0.2 s later, `closefd3` acks ok and closes fd 3,
+ * `closeexit` closes fd 3 and exits 3 a moment later; anything else is
+ * written as it is), else `ok`.
  */
 const reader = `echo $$ > "$DIR/pid"
-sleep 1000 &
+sleep 1000 3>&- &
 echo $! > "$DIR/gpid"
 n=0
 while IFS= read -r header; do
@@ -34,6 +37,9 @@ while IFS= read -r header; do
     crash) exit 3 ;;
     hang) sleep 1000 ;;
     twice) echo ok >&3; echo ok >&3 ;;
+    late) echo ok >&3; sleep 0.2; echo 'error late' >&3 ;;
+    closefd3) echo ok >&3; exec 3>&- ;;
+    closeexit) exec 3>&-; sleep 0.05; exit 3 ;;
     *) echo "$a" >&3 ;;
   esac
 done
@@ -140,6 +146,40 @@ t.test('an extra ack is logged and ignored', async (t) => {
   t.match(await c.callout.start(c.req(A)).done, { result: 'ok' });
   await pollUntil(() => logs.some((l) => /no frame waiting/.test(l)), 'the extra ack logged');
   t.match(await c.callout.start(c.req(AB, A)).done, { result: 'ok' }, 'and the next frame has its own ack');
+  t.match(c.frames(), /\{"Frame":\{"Seq":2,"Input":"full"\}\}/, 'in full: acks and frames may no longer pair up');
+});
+
+t.test('an "error" ack with no frame waiting: the newest state is wanted again (lost), in full', async (t) => {
+  const c = setup(t);
+  const lost: string[] = [];
+  c.callout.lost((why) => lost.push(why));
+  c.setAck(1, 'late');
+  t.match(await c.callout.start(c.req(A)).done, { result: 'ok' });
+  await pollUntil(() => lost.length > 0, 'lost told');
+  t.match(lost[0], /acknowledged "error late" with no frame waiting/);
+  t.match(await c.callout.start(c.req(AB, A)).done, { result: 'ok' });
+  t.match(c.frames(), /\{"Frame":\{"Seq":2,"Input":"full"\}\}/);
+});
+
+t.test('fd 3 closed between frames: the callout is ended and lost is told; the next frame goes to a new process', async (t) => {
+  const c = setup(t);
+  const lost: string[] = [];
+  c.callout.lost((why) => lost.push(why));
+  c.setAck(1, 'closefd3');
+  t.match(await c.callout.start(c.req(A)).done, { result: 'ok' });
+  const pid = c.pid();
+  await pollUntil(() => lost.length > 0, 'lost told');
+  t.match(lost[0], /closed fd 3/);
+  t.notOk(pidAlive(pid), 'ended');
+  t.match(await c.callout.start(c.req(AB, A)).done, { result: 'ok' });
+  t.not(c.pid(), pid);
+  t.match(c.frames(), /\{"Frame":\{"Seq":2,"Input":"full"\}\}/);
+});
+
+t.test('fd 3 closed as the callout exits: its own exit status is the report', async (t) => {
+  const c = setup(t);
+  c.setAck(1, 'closeexit');
+  t.match(await c.callout.start(c.req(A)).done, { result: 'failed', exitCode: 3, message: /exited \(exit status 3\) before acknowledging frame 1/ });
 });
 
 t.test('the runner: a callout that dies between frames is restarted with the newest state, in full', async (t) => {

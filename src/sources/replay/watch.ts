@@ -172,7 +172,7 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
       }
       if (calloutChanged !== undefined && !pushed && last && !signal.aborted) {
         log.info(`${calloutChanged}: callout changed, running ${last.origin ?? 'the last state'} again`);
-        await push(last);
+        await sink.push(last, { again: true });
       }
     }
   } finally {

@@ -1,0 +1,175 @@
+/**
+ * The bundled service proxiers on edge cases of their input, fed directly:
+ * - service-proxy-nft in a network namespace the test creates (root, nft):
+ *   change sets for a Service of more than 64 endpoints (its shared chain
+ *   is kept, not re-added), a destination another Service holds without
+ *   endpoints (the transaction fails; a full state decides), a cluster IP a
+ *   Service also lists as an external IP;
+ * - DRY_RUN (jq only): names Kubernetes would refuse (served, objects named by
+ *   a hash), numbers given as strings or fractions (skipped, logged), ClientIP
+ *   affinity refreshed by every new connection of a known client;
+ *   service-proxy-iptables: the first Service in the state's order owns a
+ *   destination, bad numbers are logged, a line that is not a Service is
+ *   invalid input.
+ * Real traffic: service-proxy.test.ts.
+ */
+import t from 'tap';
+import { missingTools, mustRun, runCommand, type CommandResult } from '../../helpers/command.js';
+import { repoPath } from '../../helpers/fixtures.js';
+import { netnsMissing } from '../../helpers/netns.js';
+
+const NFT = repoPath('callouts/service-proxy-nft');
+const IPT = repoPath('callouts/service-proxy-iptables');
+
+interface SvcOptions {
+  eps?: string[] | null;
+  ext?: string[];
+  affinity?: number;
+  ports?: unknown[];
+}
+
+/** A Service line: ClusterIP `ip`, TCP 80 -> 8080 unless `ports`, endpoints of both scopes. */
+function svc(ns: string, name: string, ip: string, o: SvcOptions = {}): string {
+  const IPs: Record<string, unknown> = { ClusterIPs: { V4: [ip] } };
+  if (o.ext) IPs.ExternalIPs = { V4: o.ext };
+  return JSON.stringify({
+    Service: {
+      Namespace: ns,
+      Name: name,
+      Type: 'ClusterIP',
+      IPs,
+      Ports: o.ports ?? [{ Protocol: 1, Port: 80, TargetPort: 8080 }],
+      SessionAffinity: o.affinity === undefined ? null : { ClientIP: { TimeoutSeconds: o.affinity } },
+    },
+    Endpoints: o.eps === null ? null : (o.eps ?? ['198.51.100.1']).map((e) => ({ IPs: { V4: [e] }, Scopes: { Internal: true, External: true } })),
+  });
+}
+const prev = (line: string): string => `{"Previous":${line}}`;
+const lines = (...l: string[]): string => l.map((x) => x + '\n').join('');
+
+function run(cmd: string, input: string, env: NodeJS.ProcessEnv = {}, ns?: string): Promise<CommandResult> {
+  const [c, args] = ns ? ['ip', ['netns', 'exec', ns, cmd]] : [cmd, []];
+  return runCommand(c as string, args as string[], { input, env: { ...process.env, ...env }, timeoutMs: 60_000 });
+}
+
+const NS_PREFIX = 'kpspe-';
+const why = await netnsMissing(NS_PREFIX, ['ip', 'nft', 'jq'], 'apt-get install iproute2 nftables jq');
+
+t.test('service-proxy-nft change sets on edge cases, in a network namespace', { skip: why ?? false }, async (t) => {
+  const ns = `${NS_PREFIX}${process.pid}`;
+  await mustRun('ip', ['netns', 'add', ns]);
+  t.teardown(() => runCommand('ip', ['netns', 'del', ns]).then(() => undefined));
+  const nft = (...args: string[]): Promise<string> => mustRun('ip', ['netns', 'exec', ns, 'nft', ...args]);
+  const apply = (input: string, kind: 'full' | 'changes' = 'full') => run(NFT, input, { KPNG_CALLOUT_INPUT: kind }, ns);
+
+  await t.test('a Service of 70 endpoints: a change set moves one (its shared chain exists, left as it is)', async (t) => {
+    const many = Array.from({ length: 70 }, (_, i) => `198.51.100.${i + 1}`);
+    const moved = [...many.slice(0, -1), '198.51.100.200'];
+    const a = svc('b', 'many', '192.0.2.92', { eps: many });
+    const b = svc('b', 'many', '192.0.2.92', { eps: moved });
+    t.equal((await apply(lines(a))).code, 0);
+    const r = await apply(lines(prev(a), b), 'changes');
+    t.equal(r.code, 0, 'applied', { stderr: r.stderr });
+    const viaChanges = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'ep4_70');
+    t.match(viaChanges, /198\.51\.100\.200/);
+    t.notMatch(viaChanges, /198\.51\.100\.70 /);
+    t.equal((await apply(lines(b))).code, 0);
+    t.equal(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'ep4_70'), viaChanges, 'as a full state of the new one leaves it');
+    // Twice more: the chain p4_70 is there from the change set's own table too.
+    t.equal((await apply(lines(prev(b), a), 'changes')).code, 0);
+    t.equal((await apply(lines(prev(a), b), 'changes')).code, 0);
+  });
+
+  await t.test('a destination held by a Service without endpoints: a change set adding it for another fails; a full state keeps the first', async (t) => {
+    const empty = svc('a', 'aaa', '192.0.2.80', { eps: null });
+    const other = svc('c', 'ccc', '192.0.2.80', { eps: ['198.51.100.80'] });
+    t.equal((await apply(lines(empty))).code, 0);
+    const before = await nft('list', 'table', 'inet', 'kpng_service_proxy');
+    const r = await apply(lines(other), 'changes');
+    t.equal(r.code, 1, 'refused: the runner then sends the full state');
+    t.equal(await nft('list', 'table', 'inet', 'kpng_service_proxy'), before, 'nothing changed');
+    const full = await apply(lines(empty, other));
+    t.equal(full.code, 0);
+    t.match(full.stderr, /"c\/ccc": skipping destination 192\.0\.2\.80 \. tcp \. 80: already used by "a\/aaa"/);
+    t.notMatch(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'svc4'), /192\.0\.2\.80/, 'not in svc4');
+    t.match(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'noep4'), /192\.0\.2\.80 \. tcp \. 80 : goto reject_new/);
+  });
+
+  await t.test('a cluster IP also listed as an external IP: change sets apply, as a full state', async (t) => {
+    const a = svc('d', 'same', '192.0.2.70', { eps: ['198.51.100.70'], ext: ['192.0.2.70'] });
+    const b = svc('d', 'same', '192.0.2.70', { eps: ['198.51.100.71'], ext: ['192.0.2.70'] });
+    t.equal((await apply(lines(a))).code, 0);
+    const r = await apply(lines(prev(a), b), 'changes');
+    t.equal(r.code, 0, 'applied', { stderr: r.stderr });
+    const svc4 = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'svc4');
+    const ep4 = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'ep4_1');
+    t.equal((await apply(lines(b))).code, 0);
+    t.equal(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'svc4'), svc4);
+    t.equal(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'ep4_1'), ep4);
+  });
+});
+
+const noJq = missingTools(['jq']).length > 0 ? 'jq is missing (apt-get install jq)' : false;
+
+t.test('service-proxy-nft DRY_RUN: names, numbers, affinity', { skip: noJq }, async (t) => {
+  const hostile = svc('ns;x', 'we"b;$(touch /nonexistent)\nx', '192.0.2.60', { eps: ['198.51.100.60'], affinity: 10 });
+  const r = await run(NFT, lines(hostile), { DRY_RUN: '1' });
+  t.equal(r.code, 0, 'served', { stderr: r.stderr });
+  t.match(r.stdout, /192\.0\.2\.60 \. tcp \. 80 : goto a4c-h\d+-\d+-tcp80/, 'its affinity chain named by a hash');
+  t.notMatch(r.stdout, /touch|we"b|ns;x/, 'no text of its names in the script');
+  t.match(r.stdout, /ip saddr @a4c-h\d+-\d+-tcp80-1 goto e4c-h\d+-\d+-tcp80-1/, 'a known client goes through the endpoint chain');
+  t.match(r.stdout, /chain e4c-h\d+-\d+-tcp80-1 \{\n\t\tupdate @a4c-h\d+-\d+-tcp80-1 \{ ip saddr \}/, 'which restarts its timeout');
+
+  const numbers = svc('e', 's', '192.0.2.90', {
+    ports: [
+      { Protocol: '2', Port: '83' },
+      { Protocol: 1, Port: 80.5 },
+      { Protocol: 1, Port: 84, TargetPort: '8084' },
+      { Protocol: 1, Port: 85 },
+    ],
+  });
+  const n = await run(NFT, lines(numbers), { DRY_RUN: '1' });
+  t.equal(n.code, 0);
+  t.match(n.stderr, /skipping port ""83"": protocol ""2"" is not TCP, UDP or SCTP/);
+  t.match(n.stderr, /skipping port "80\.5": not a port number/);
+  t.match(n.stderr, /ignoring target port ""8084"": not a port number/);
+  t.match(n.stdout, /192\.0\.2\.90 \. tcp \. 84 \. 0 : 198\.51\.100\.1 \. 84,/, 'a target port given as a string: the port itself');
+  t.match(n.stdout, /192\.0\.2\.90 \. tcp \. 85 : goto p4_1/);
+  t.notMatch(n.stdout, /\. (83|80) [:.]/, 'nothing of the skipped ports');
+});
+
+t.test('service-proxy-iptables DRY_RUN: who owns a destination, bad numbers, a line that is not a Service', { skip: noJq }, async (t) => {
+  // kpng order: a/cc before a/dd (whatever their chain names hash to)
+  const r = await run(IPT, lines(svc('a', 'cc', '192.0.2.50', { eps: ['198.51.100.1'] }), svc('a', 'dd', '192.0.2.50', { eps: ['198.51.100.2'] })), { DRY_RUN: '1' });
+  t.equal(r.code, 0, 'applied', { stderr: r.stderr });
+  t.equal(r.stdout.match(/-d 192\.0\.2\.50\/32/g)?.length, 1, 'one rule for the destination');
+  t.match(r.stdout, /198\.51\.100\.1:8080/, 'the first Service\'s endpoint');
+  t.notMatch(r.stdout, /198\.51\.100\.2:/);
+  t.match(r.stderr, /"a\/dd": skipping destination 192\.0\.2\.50 tcp 80: already used by "a\/cc"/);
+
+  const bad = svc('e', 's', '192.0.2.90', {
+    ports: [
+      { Protocol: 1, Port: 80.5 },
+      { Protocol: 1.2, Port: 81 },
+      { Protocol: 1, Port: '82' },
+      { Protocol: 1, Port: 84, TargetPort: 70000 },
+    ],
+    affinity: 99999,
+  });
+  const b = await run(IPT, lines(bad), { DRY_RUN: '1' });
+  t.equal(b.code, 0);
+  t.match(b.stderr, /port "80\.5" is not an integer 1-65535/);
+  t.match(b.stderr, /protocol "1\.2" is not TCP, UDP or SCTP/);
+  t.match(b.stderr, /port ""82"" is not an integer 1-65535/);
+  t.match(b.stderr, /target port "70000" is not an integer 1-65535; using the port/);
+  t.match(b.stderr, /session affinity timeout "99999" is not 1\.\.86400; using 10800/);
+  t.match(b.stdout, /--dport 84 /);
+  t.match(b.stdout, /DNAT --to-destination 198\.51\.100\.1:84/);
+  t.notMatch(b.stdout, /--dport (80|81|82) /);
+
+  for (const line of ['[]', '{}', '42', '{"Service":"x"}']) {
+    const x = await run(IPT, `${line}\n`, { DRY_RUN: '1' });
+    t.equal(x.code, 1, `${line}: invalid input, exit 1`);
+    t.match(x.stderr, /cannot read the state/);
+  }
+});
