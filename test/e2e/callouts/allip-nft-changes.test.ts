@@ -415,6 +415,45 @@ t.test('kpng-example-allip-nft change sets in the kernel', { skip: reason ?? fal
     t.end();
   });
 
+  await t.test('persistent: nft -i killed, a table holding another mapping, a NUL in a key', async (t) => {
+    const ns = await netns(t, 'odd');
+    const ref = await netns(t, 'oddref');
+    const p = new PersistentCallout(NFT, ns, {});
+    t.teardown(() => void p.child.stdin!.end());
+    const a: Svc = { name: 'a', x4: ['192.0.2.10'], l4: ['198.51.100.2'] };
+    const b: Svc = { name: 'b', x4: ['192.0.2.11'], l4: ['198.51.100.130'] };
+    const a2: Svc = { ...a, l4: ['198.51.100.3'] };
+    t.equal(await p.frame('full', full([a, b])), 'ok');
+
+    // nft -i ends (killed): the session goes on through nft -f.
+    const nfti = groupMembers(p.pgid).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8') === 'nft\0-i\0');
+    t.equal(nfti.length, 1, 'one nft -i');
+    process.kill(nfti[0]!, 'SIGKILL');
+    t.equal(await p.frame('changes', changeSet([a, b], [a2, b])), 'ok', 'a change set after nft -i was killed');
+    t.match(p.stderr, /nft -i ended; applying with nft -f from now on/);
+    t.equal(await p.frame('changes', changeSet([a2, b], [a, b])), 'ok', 'and the next one');
+    t.equal((await runOnce(ref, full([a, b]), {})).code, 0);
+    t.equal(await table(ns), await table(ref), 'the table of the state in full');
+
+    // Someone applied the same Services with their endpoints swapped: the gen differs, a change set fails.
+    const swapped: Svc[] = [{ ...a, l4: b.l4 }, { ...b, l4: a.l4 }];
+    t.equal((await runOnce(ns, full(swapped), {})).code, 0);
+    const c: Svc = { name: 'c', x4: ['192.0.2.12'], l4: ['198.51.100.4'] };
+    t.match(await p.frame('changes', changeSet([a, b], [a, b, c])), /^error nft failed/, 'a change set onto a table of another mapping');
+    t.equal(await p.frame('full', full([a, b, c])), 'ok', 'a full frame heals');
+
+    // A key with a NUL sorts before "a!" (kpng: bytes, "/" first): it owns the shared IP.
+    const x: Svc = { ns: 'h', name: 'a\u0000', x4: ['192.0.2.20'], l4: ['198.51.100.5'] };
+    const y: Svc = { ns: 'h', name: 'a!', x4: ['192.0.2.20'], l4: ['198.51.100.6'] };
+    t.equal(await p.frame('full', full([x])), 'ok');
+    t.equal(await p.frame('changes', changeSet([x], [x, y])), 'ok');
+    t.equal((await runOnce(ref, full([x, y]), {})).code, 0);
+    t.equal(await table(ns), await table(ref), 'the table of the state in full: the NUL key owns 192.0.2.20');
+    t.match(await table(ns), /198\.51\.100\.5/);
+    t.same(await p.end(), { code: 0, signal: null });
+    t.end();
+  });
+
   await t.test('real traffic after incremental changes', async (t) => {
     const topo = new Topology('nftc');
     t.teardown(() => topo.close());
