@@ -49,6 +49,8 @@ export class KubeApiServer {
   ignoreWatchTimeout = false;
   /** When set, every watch is ended as soon as it is opened (a misbehaving proxy). */
   endWatchesAtOnce = false;
+  /** When set, every watch gets an ERROR 410 at once, whatever its resourceVersion (a server whose history is always compacted). */
+  expireWatchesAtOnce = false;
   /** When set, list bodies are gzip-compressed for clients that accept it. */
   gzipLists = false;
   /** Connections accepted so far (keep-alive shows as fewer connections than requests). */
@@ -333,7 +335,7 @@ export class KubeApiServer {
       return;
     }
     const from = query.resourceVersion ? Number(query.resourceVersion) : undefined;
-    if (from !== undefined && from < this.store.compactedRv) {
+    if ((from !== undefined && from < this.store.compactedRv) || this.expireWatchesAtOnce) {
       if (this.expiredAsHttpStatus) {
         reply(410, status(410, 'Expired', `too old resource version: ${from} (${this.store.compactedRv})`));
         return;

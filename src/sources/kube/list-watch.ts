@@ -115,6 +115,8 @@ export class ListWatch implements Member {
   private readonly watchdog = new IdleWatchdog();
   /** Watches in a row that the server ended at once. */
   private quickEnds = 0;
+  /** Watches in a row that expired (410) at once: re-listing cannot help, so the supervisor's backoff comes in. */
+  private quickExpiries = 0;
 
   constructor(private readonly o: ListWatchOptions) {
     this.resource = o.resource;
@@ -154,12 +156,16 @@ export class ListWatch implements Member {
     for (;;) {
       if (this.rv === undefined) await this.list(signal);
       if (signal.aborted) return;
+      const opened = Date.now();
       const expired = await this.watch(signal);
       if (signal.aborted) return;
-      if (expired) {
-        this.o.logger.info(`watch ${qualified(this)}: resourceVersion expired (410 Gone); listing again`);
-        this.rv = undefined;
+      this.quickExpiries = expired && Date.now() - opened < QUICK_END_MS ? this.quickExpiries + 1 : 0;
+      if (expired) this.rv = undefined;
+      if (this.quickExpiries >= QUICK_ENDS) {
+        this.quickExpiries = 0;
+        throw new Failed({ op: `watch ${qualified(this)}`, reason: `the resourceVersion of ${QUICK_ENDS} fresh lists in a row expired at once (410 Gone)`, routine: false });
       }
+      if (expired) this.o.logger.info(`watch ${qualified(this)}: resourceVersion expired (410 Gone); listing again`);
     }
   }
 

@@ -173,6 +173,20 @@ t.test('410 Gone (ERROR event, then HTTP status): listed again; the changes in o
   t.same((await seenAt(8)).slice(7), ['+default/later'], 'watching again after the re-list');
 });
 
+t.test('watches that expire (410) at once, again and again: a failure after three, retried with the backoff, not a tight loop', async (t) => {
+  const srv = new KubeApiServer();
+  srv.add('services', service('web'));
+  const { sink, log, watching } = await servicesLoop(t, srv);
+  await within(sink.waitForStatus((s) => s.connected && s.synced), 'synced');
+  await watching();
+  srv.expireWatchesAtOnce = true;
+  srv.dropWatches();
+  const failed = await within(log.waitFor(/fresh lists in a row expired/), 'a failure');
+  t.match(failed, /^kpng-callout error: watch services: the resourceVersion of 3 fresh lists in a row expired at once \(410 Gone\); retrying in \d+ms$/);
+  srv.expireWatchesAtOnce = false;
+  t.ok(await within(log.waitFor(/services: connected again after \d+ failed attempt\(s\)/), 'back'));
+});
+
 t.test('a watch ERROR other than 410 is a failure with what the server said; the restart resumes', async (t) => {
   const srv = new KubeApiServer();
   srv.add('services', service('web'));
