@@ -436,7 +436,7 @@ t.test('kpng-example-allip-nft change sets in the kernel', { skip: reason ?? fal
     t.equal(await table(ns), await table(ref), 'the table of the state in full');
 
     // Someone applied the same Services with their endpoints swapped: the gen differs, a change set fails.
-    const swapped: Svc[] = [{ ...a, l4: b.l4 }, { ...b, l4: a.l4 }];
+    const swapped: Svc[] = [{ ...a, l4: b.l4! }, { ...b, l4: a.l4! }];
     t.equal((await runOnce(ns, full(swapped), {})).code, 0);
     const c: Svc = { name: 'c', x4: ['192.0.2.12'], l4: ['198.51.100.4'] };
     t.match(await p.frame('changes', changeSet([a, b], [a, b, c])), /^error nft failed/, 'a change set onto a table of another mapping');
