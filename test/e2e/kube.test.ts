@@ -46,6 +46,20 @@ t.test('kpng-json kube --once prints the blog state for the node hosting the loc
   t.same(c.stdout, []);
 });
 
+t.test('a plain-HTTP server without insecure-skip-tls-verify (kubectl proxy) is used as kubectl uses it', async (t) => {
+  const srv = new KubeApiServer();
+  for (const [r, o] of blogObjects()) srv.add(r, o);
+  srv.add('nodes', node('vm-002'));
+  await srv.listen();
+  t.teardown(() => srv.close());
+  const dir = tempDir(t, 'kpng-e2e-kube-http-');
+  const kubeconfig = join(dir, 'config');
+  writeFileSync(kubeconfig, `apiVersion: v1\nkind: Config\nclusters:\n- name: proxy\n  cluster:\n    server: ${srv.url}\ncontexts:\n- name: proxy\n  context: {cluster: proxy}\ncurrent-context: proxy\n`);
+  const a = run(t, 'kpng-json', ['kube', '--once', '--once-timeout', '20s', '--kubeconfig', kubeconfig, '--service-proxy-name', 'kpng-example', '--node-name', 'vm-002']);
+  t.equal(await a.exited(), 0, a.stderr.join('\n'));
+  t.equal(a.bytes('stdout').toString(), blogJsonl);
+});
+
 t.test('kpng-callout kube: 1,000 events in a second make a handful of runs, the last with the final state', async (t) => {
   const srv = new KubeApiServer();
   const N = 40;

@@ -41,9 +41,6 @@ export interface Credentials {
   refresh(): boolean;
 }
 
-/** The library's message for a plain-HTTP server without insecure-skip-tls-verify (kept as it was). */
-export const HTTP_NEEDS_SKIP_TLS = 'HTTP protocol is not allowed when skipTLSVerify is not set or false';
-
 /** A file's bytes, else base64 data, else undefined (the library's bufferFromFileOrString). */
 function fileOrData(file: string | undefined, data: string | undefined): Buffer | undefined {
   if (file) return readFileSync(file);
@@ -79,7 +76,8 @@ class BuiltInCredentials implements Credentials {
 
   async forRequest(): Promise<RequestAuth> {
     const { cluster, user } = this;
-    if (cluster?.server.startsWith('http:') && !cluster.skipTLSVerify) throw new Error(HTTP_NEEDS_SKIP_TLS);
+    // A plain-HTTP server (`kubectl proxy`) is used as kubectl and client-go use it, with or without
+    // insecure-skip-tls-verify (the client library alone refuses it without).
     const headers: Record<string, string> = {};
     const tls: RequestAuth['tls'] = {};
     if (cluster?.skipTLSVerify) tls.rejectUnauthorized = false;
