@@ -299,7 +299,8 @@ export class Scheduler {
       return;
     }
     const retryOnFailure = (r: RunResult): void => {
-      if (r.result !== 'ok' && !this.stopped && this.pending === undefined) this.scheduleRetry(r);
+      // A newer state (pending, or queued by runNow) runs next anyway.
+      if (r.result !== 'ok' && !this.stopped && this.pending === undefined && this.nowQueue.length === 0) this.scheduleRetry(r);
     };
     this.launch(state, reason, since, retryOnFailure, full);
   }

@@ -302,6 +302,45 @@ t.test('a successful runNow cancels a pending retry; a failed one schedules none
   await s.stop();
 });
 
+t.test('runNow options: skipIdentical, retry (until a newer state), full', async (t) => {
+  const { s, clock, ev, callout } = makeScheduler({ retryMinMs: 1000, retryMaxMs: 1000, random: () => 0.5, auto: (req) => (req.run <= 2 ? failed(1) : ok) });
+  // retry: a failed run is retried with the backoff, with the newest state, as a full input (no previous)
+  t.equal((await s.runNow(st('a'), { retry: true })).result, 'failed');
+  t.equal(ev.of('retry-scheduled').length, 1);
+  clock.advance(1000);
+  await ev.until('run-finished', (e) => e.run === 2);
+  t.equal(ev.of('retry-scheduled').length, 2, 'the retry failed too: another');
+  clock.advance(1000);
+  await ev.until('run-finished', (e) => e.run === 3);
+  t.equal(callout.requests[2]?.reason, 'retry');
+  t.equal(callout.requests[2]?.previous, undefined, 'in full');
+  t.equal(ev.of('retry-scheduled').length, 2, 'a success ends the retries');
+  // skipIdentical: the same state again makes no run; another does, as a change from the last applied one
+  t.match(await s.runNow(st('a'), { skipIdentical: true }), { result: 'skipped', run: 0 });
+  t.equal(callout.requests.length, 3);
+  t.equal((await s.runNow(st('b'), { skipIdentical: true })).result, 'ok');
+  t.same(callout.requests[3]?.previous?.lines.map(String), ['a\n']);
+  // full: even when identical, and with no previous
+  t.equal((await s.runNow(st('b'), { skipIdentical: true, full: true })).result, 'ok');
+  t.equal(callout.requests[4]?.previous, undefined);
+  await s.stop();
+});
+
+t.test('runNow with retry: a newer state queued meanwhile supersedes the retry', async (t) => {
+  const { s, clock, ev, callout } = makeScheduler({ retryMinMs: 1000, retryMaxMs: 1000, random: () => 0.5 });
+  const first = s.runNow(st('a'), { retry: true });
+  const second = s.runNow(st('b'), { retry: true });
+  callout.finish(1, failed(1));
+  t.equal((await first).result, 'failed');
+  t.equal(ev.of('retry-scheduled').length, 0, 'no retry: a newer state is queued');
+  await callout.started(2);
+  callout.finish(2, ok);
+  t.equal((await second).result, 'ok');
+  clock.advance(10_000);
+  t.equal(callout.requests.length, 2);
+  await s.stop();
+});
+
 t.test('the daemon path retries a spawn error', async (t) => {
   const { s, ev } = makeScheduler({ retryMinMs: 60_000, auto: () => ({ result: 'spawn-error', errorCode: 'ENOENT', message: 'callout nope: not found' }) });
   s.submit(st('x'));
