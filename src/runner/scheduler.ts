@@ -69,6 +69,8 @@ export class Scheduler {
   private resyncTimer: unknown;
   /** Consecutive failures: the backoff exponent; reset by a success only. */
   private attempt = 0;
+  /** The callout was lost (lost()) while the current run was in flight. */
+  private lostDuringRun = false;
   /** Input of the last run, if that run succeeded (the skip-identical baseline). */
   private lastOk: State | undefined;
   /** Newest state seen (resync and retry run it). */
@@ -306,6 +308,7 @@ export class Scheduler {
   }
 
   private scheduleRetry(failed: RunResult): void {
+    this.clearRetry(); // one retry armed at most
     const delay = backoffDelay(this.attempt, this.retry, this.random);
     this.attempt++;
     this.log.info(`retrying the callout in ${delay}ms`, { run: failed.run, attempt: this.attempt, delayMs: delay });
@@ -321,8 +324,13 @@ export class Scheduler {
   private calloutLost(why: string): void {
     this.lastOk = undefined;
     if (this.stopped || this.latest === undefined) return;
-    // A run in flight, a pending state or a retry will hand it over anyway (in full: nothing is applied now).
-    if (this.current || this.pending !== undefined || this.retryTimer !== undefined || this.nowQueue.length > 0) return;
+    // During a run (its ack and a stray one in the same read): its end must not count it applied.
+    if (this.current) {
+      this.lostDuringRun = true;
+      return;
+    }
+    // A pending state or a retry will hand it over anyway (in full: nothing is applied now).
+    if (this.pending !== undefined || this.retryTimer !== undefined || this.nowQueue.length > 0) return;
     this.scheduleRetry({ run: 0, result: 'failed', durationMs: 0, message: `callout ${why}` });
   }
 
@@ -361,15 +369,21 @@ export class Scheduler {
     this.emit({ type: 'run-started', run, reason, pendingSince: since, at: this.now(), services: state.services, bytes: state.bytes });
     const inflight = this.callout.start({ run, state, reason, previous: full ? undefined : this.lastOk });
     this.current = inflight;
+    this.lostDuringRun = false;
     void inflight.done.then((r) => {
       this.current = undefined;
+      const lost = this.lostDuringRun;
+      this.lostDuringRun = false;
       // A failed run may have applied part of its state: do not skip the next one.
-      this.lastOk = r.result === 'ok' ? state : undefined;
+      this.lastOk = r.result === 'ok' && !lost ? state : undefined;
       if (r.result === 'ok') this.attempt = 0;
       this.logFinished(r, state);
       this.emit({ type: 'run-finished', reason, pendingSince: since, at: this.now(), ...r });
       this.armResync();
       after(r);
+      if (lost && !this.stopped && this.pending === undefined && this.retryTimer === undefined && this.nowQueue.length === 0) {
+        this.scheduleRetry({ run: r.run, result: 'failed', durationMs: 0, message: 'callout lost during the run' });
+      }
       this.schedule();
     });
   }

@@ -185,3 +185,17 @@ t.test('replay --watch --changes: a new version of a per-run callout is run with
   c.proc.kill('SIGTERM');
   t.equal(await c.exited(), 0);
 });
+
+t.test('replay --watch --changes: the callout and a fixture changed in one batch: the new callout gets the whole new state', async (t) => {
+  const { dir, files, s2 } = fixtures(t);
+  const callout = shScript(dir, 'v', `cat > '${dir}/in'.$KPNG_CALLOUT_RUN; echo "ran $KPNG_CALLOUT_RUN $KPNG_CALLOUT_INPUT"\n`);
+  const c = runBin(t, 'kpng-callout', ['replay', '--watch', '--changes', '--debounce', '400ms', '--max-wait', '2s', '--callout', callout, files[0]!]);
+  await c.line('stdout', /^ran 1 full$/);
+  await c.line('stderr', /watching /);
+  replaceFile(callout, readFileSync(callout, 'utf8').replace('echo "ran', 'echo "v2 ran'), 0o755);
+  replaceFile(files[0]!, readFileSync(files[1]!));
+  await c.line('stdout', /^v2 ran 2 full$/);
+  t.equal(readFileSync(join(dir, 'in.2'), 'utf8'), s2.join('\n') + '\n');
+  c.proc.kill('SIGTERM');
+  t.equal(await c.exited(), 0);
+});

@@ -17,7 +17,7 @@ import { Scripts, Sink, st } from './harness.js';
  * A frame reader: saves each frame (header, lines) to $DIR/frames, its pid
  * to $DIR/pid, then acks with the first word of $DIR/ack-N when present
  * (`crash` exits 3, `hang` never acks, `twice` acks ok twice, `late` acks ok
- * then `error late` 0.2 s later, `closefd3` acks ok and closes fd 3,
+ * then `error late` 0.2 s later, `okerror` acks ok and `error stray` at once, `closefd3` acks ok and closes fd 3,
  * `closeexit` closes fd 3 and exits 3 a moment later; anything else is
  * written as it is), else `ok`.
  */
@@ -38,6 +38,7 @@ while IFS= read -r header; do
     hang) sleep 1000 ;;
     twice) echo ok >&3; echo ok >&3 ;;
     late) echo ok >&3; sleep 0.2; echo 'error late' >&3 ;;
+    okerror) printf 'ok\nerror stray\n' >&3 ;;
     closefd3) echo ok >&3; exec 3>&- ;;
     closeexit) exec 3>&-; sleep 0.05; exit 3 ;;
     *) echo "$a" >&3 ;;
@@ -197,5 +198,18 @@ t.test('the runner: a callout that dies between frames is restarted with the new
   process.kill(pid, 'SIGKILL');
   await pollUntil(() => /"Seq":3,"Input":"full"/.test(readFileSync(join(s.dir, 'frames'), 'utf8')), 'frame 3, full, to a new process');
   t.match(readFileSync(join(s.dir, 'frames'), 'utf8'), /"Seq":3,"Input":"full"\}\}\n\{"Service":\{"Namespace":"n","Name":"a"\},"Endpoints":null\}\n\{"Service":\{"Namespace":"n","Name":"b"/);
+  await r.stop();
+});
+
+t.test('the runner: "ok" and a stray "error" in one write: the state is sent again, in full', async (t) => {
+  const scripts = new Scripts(t);
+  const s = scripts.script(reader);
+  writeFileSync(join(s.dir, 'ack-1'), 'okerror');
+  const stderr = new Sink();
+  const r = new Runner({ file: s.file, nodeName: 'n', persistent: true, changes: true, debounceMs: 0, retryMinMs: 50, retryMaxMs: 50, stderr, stdout: new Sink(), killGraceMs: 500 });
+  t.teardown(() => r.kill());
+  r.submit(A);
+  await stderr.waitFor('got frame 2');
+  await pollUntil(() => /"Seq":2,"Input":"full"/.test(readFileSync(join(s.dir, 'frames'), 'utf8')), 'frame 2, full');
   await r.stop();
 });

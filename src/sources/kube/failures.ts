@@ -42,6 +42,13 @@ export interface Failure {
   unreachable?: string | undefined;
   /** A watch cut or gone silent (API server restarts, load balancers): a warning, not an error. */
   routine: boolean;
+  /**
+   * Failures in a row as the member counts them, when its list or watch
+   * looked healthy in between (watches that end or expire at once): the
+   * backoff grows from this, not from the supervisor's count, which a
+   * successful list resets.
+   */
+  streak?: number | undefined;
 }
 
 /** The failure of a watch that stayed silent past its timeout (the idle watchdog aborted it). */

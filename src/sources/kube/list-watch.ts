@@ -117,6 +117,8 @@ export class ListWatch implements Member {
   private quickEnds = 0;
   /** Watches in a row that expired (410) at once: re-listing cannot help, so the supervisor's backoff comes in. */
   private quickExpiries = 0;
+  /** Failures in a row for quick ends or expiries (the backoff's streak: each list in between looks healthy). */
+  private unstable = 0;
 
   constructor(private readonly o: ListWatchOptions) {
     this.resource = o.resource;
@@ -159,11 +161,14 @@ export class ListWatch implements Member {
       const opened = Date.now();
       const expired = await this.watch(signal);
       if (signal.aborted) return;
-      this.quickExpiries = expired && Date.now() - opened < QUICK_END_MS ? this.quickExpiries + 1 : 0;
+      const quick = Date.now() - opened < QUICK_END_MS;
+      this.quickExpiries = expired && quick ? this.quickExpiries + 1 : 0;
+      if (!quick) this.unstable = 0;
       if (expired) this.rv = undefined;
       if (this.quickExpiries >= QUICK_ENDS) {
         this.quickExpiries = 0;
-        throw new Failed({ op: `watch ${qualified(this)}`, reason: `the resourceVersion of ${QUICK_ENDS} fresh lists in a row expired at once (410 Gone)`, routine: false });
+        this.unstable++;
+        throw new Failed({ op: `watch ${qualified(this)}`, reason: `the resourceVersion of ${QUICK_ENDS} fresh lists in a row expired at once (410 Gone)`, routine: false, streak: this.unstable });
       }
       if (expired) this.o.logger.info(`watch ${qualified(this)}: resourceVersion expired (410 Gone); listing again`);
     }
@@ -295,7 +300,8 @@ export class ListWatch implements Member {
     this.quickEnds = events === 0 && Date.now() - opened < QUICK_END_MS ? this.quickEnds + 1 : 0;
     if (this.quickEnds >= QUICK_ENDS) {
       this.quickEnds = 0;
-      throw new Failed({ op: `watch ${qualified(this)}`, reason: `the API server ended ${QUICK_ENDS} watches in a row at once`, routine: false });
+      this.unstable++;
+      throw new Failed({ op: `watch ${qualified(this)}`, reason: `the API server ended ${QUICK_ENDS} watches in a row at once`, routine: false, streak: this.unstable });
     }
     return false;
   }

@@ -156,7 +156,7 @@ export class ListWatchSupervisor {
     // Already failed, its restart pending: one failure, one restart.
     if (this.gathered.has(member) || this.scheduled.has(member)) return;
     const h = this.health(member);
-    h.failures++;
+    h.failures = Math.max(h.failures + 1, failure.streak ?? 0);
     h.healthy = false;
     const wasInflight = this.inflight.delete(member);
     this.gathered.set(member, failure);

@@ -167,7 +167,11 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
         if (!st) continue;
         log.info(`${slot.name}: changed, running`);
         warnIfEmpty(st, log);
-        await push(st);
+        // The callout changed in the same batch: its first run is in full too.
+        if (calloutChanged !== undefined && !pushed) {
+          last = st;
+          await sink.push(st, { again: true });
+        } else await push(st);
         pushed = true;
       }
       if (calloutChanged !== undefined && !pushed && last && !signal.aborted) {

@@ -14,7 +14,7 @@ import { ListWatchSupervisor } from '../../../src/sources/kube/supervisor.js';
 import { KubeApiServer } from '../../helpers/kube-api-server.js';
 import { service } from '../../helpers/kube-objects.js';
 import { captureLog, recordingSink } from '../../helpers/sink.js';
-import { within } from '../../helpers/wait.js';
+import { pollUntil, within } from '../../helpers/wait.js';
 
 const SELECTOR = '!service.kubernetes.io/headless';
 
@@ -183,6 +183,10 @@ t.test('watches that expire (410) at once, again and again: a failure after thre
   srv.dropWatches();
   const failed = await within(log.waitFor(/fresh lists in a row expired/), 'a failure');
   t.match(failed, /^kpng-callout error: watch services: the resourceVersion of 3 fresh lists in a row expired at once \(410 Gone\); retrying in \d+ms$/);
+  // The backoff grows from failure to failure, although each list in between succeeds (10, 20, 40 ms +-20%).
+  await pollUntil(() => log.matching(/fresh lists in a row expired/).length >= 3, 'three failures', 10_000);
+  const delays = log.matching(/fresh lists in a row expired/).map((l) => Number(/retrying in (\d+)ms/.exec(l)?.[1]));
+  t.ok(delays[1]! > delays[0]! && delays[2]! > delays[1]!, `the delays grow: ${delays.join(', ')}`);
   srv.expireWatchesAtOnce = false;
   t.ok(await within(log.waitFor(/services: connected again after \d+ failed attempt\(s\)/), 'back'));
 });
