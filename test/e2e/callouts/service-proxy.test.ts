@@ -24,9 +24,10 @@
  * A callout whose file is not there yet is skipped, saying so; so is all of
  * it without root, `ip netns` or the tools (labMissing). KPSP_TEST_NFT /
  * KPSP_TEST_IPT run it against another implementation of the same contract.
- * "At once" is FAIL_FAST_MS: < 1 s for IPv4, < 1.5 s for IPv6, whose TCP
- * connect ends on an ICMPv6 error only at the SYN's retransmission (a reset
- * ends it at once); a connect timeout is several seconds.
+ * "At once" is FAIL_FAST_MS: < 1.5 s, one SYN retransmission (IPv6's TCP
+ * connect ends on an ICMPv6 error only then; an IPv4 ICMP error may be held
+ * back by the kernel's rate limit under load; a reset ends it at once); a
+ * connect timeout is several seconds.
  */
 import t, { type Test as Tap } from 'tap';
 import { existsSync } from 'node:fs';
