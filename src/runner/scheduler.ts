@@ -257,7 +257,7 @@ export class Scheduler {
         req.since,
         (r) => {
           if (r.result === 'ok') this.clearRetry(); // the newest state was applied
-          else if (o.retry && !r.stopped && !this.stopped && this.pending === undefined && this.nowQueue.length === 0) this.scheduleRetry(r);
+          else if (o.retry && !r.stopped && !this.stopped && !this.newerWaiting()) this.scheduleRetry(r);
           req.resolve(r);
         },
         o.full ?? false,
@@ -301,10 +301,20 @@ export class Scheduler {
       return;
     }
     const retryOnFailure = (r: RunResult): void => {
-      // A newer state (pending, or queued by runNow) runs next anyway.
-      if (r.result !== 'ok' && !this.stopped && this.pending === undefined && this.nowQueue.length === 0) this.scheduleRetry(r);
+      if (r.result !== 'ok' && !this.stopped && !this.newerWaiting()) this.scheduleRetry(r);
     };
     this.launch(state, reason, since, retryOnFailure, full);
+  }
+
+  /** A newer state waits (pending, or queued by runNow): it runs next anyway, no retry needed. */
+  private newerWaiting(): boolean {
+    return this.pending !== undefined || this.nowQueue.length > 0;
+  }
+
+  /** The newest state again, in full, after the backoff; unless a newer state or an armed retry hands it over anyway. */
+  private retryAfterLoss(run: number, message: string): void {
+    if (this.stopped || this.latest === undefined || this.newerWaiting() || this.retryTimer !== undefined) return;
+    this.scheduleRetry({ run, result: 'failed', durationMs: 0, message });
   }
 
   private scheduleRetry(failed: RunResult): void {
@@ -329,9 +339,7 @@ export class Scheduler {
       this.lostDuringRun = true;
       return;
     }
-    // A pending state or a retry will hand it over anyway (in full: nothing is applied now).
-    if (this.pending !== undefined || this.retryTimer !== undefined || this.nowQueue.length > 0) return;
-    this.scheduleRetry({ run: 0, result: 'failed', durationMs: 0, message: `callout ${why}` });
+    this.retryAfterLoss(0, `callout ${why}`);
   }
 
   private armResync(): void {
@@ -381,9 +389,7 @@ export class Scheduler {
       this.emit({ type: 'run-finished', reason, pendingSince: since, at: this.now(), ...r });
       this.armResync();
       after(r);
-      if (lost && !this.stopped && this.pending === undefined && this.retryTimer === undefined && this.nowQueue.length === 0) {
-        this.scheduleRetry({ run: r.run, result: 'failed', durationMs: 0, message: 'callout lost during the run' });
-      }
+      if (lost) this.retryAfterLoss(r.run, 'callout lost during the run');
       this.schedule();
     });
   }
