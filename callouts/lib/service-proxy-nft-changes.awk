@@ -15,9 +15,8 @@ function app(A, k, v) { if (k in A) A[k] = A[k] ", " v; else A[k] = v }
 function othermap(m) { return m ~ /^svc/ ? "noep" substr(m, 4) : m ~ /^noepnp/ ? "np" substr(m, 7) : m ~ /^noep/ ? "svc" substr(m, 5) : "noepnp" substr(m, 3) }
 # Whether the kernel holds chain `name` of our table (not when DRY_RUN).
 function have_chain(name) { return !dry && system("nft list chain " T " " name " >/dev/null 2>&1 </dev/null") == 0 }
-function changes(   i, n, a, k, t, last, s, c, e, eps, f, m, w, p, z, du, d, keyf, op, np_, kk, same, ng2, G2) {
-	ncmd = 0; nd0 = 0; ng2 = 0
-	last = ""
+function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, ng2, G2) {
+	ng2 = 0
 	for (i = 1; i <= nrec; i++) {
 		split(rec[i], a, "\t")
 		t = a[1]; k = a[2] "/" a[3]
@@ -43,14 +42,13 @@ function changes(   i, n, a, k, t, last, s, c, e, eps, f, m, w, p, z, du, d, key
 			f = cf[c]
 			# a destination the Service lists twice (a cluster IP also among its
 			# external IPs): its first claim only, as in a full state
-			kk = f SUBSEP ck[c] SUBSEP ckey[c]
-			if (kk in same) {
-				if (cepsu[c] != "" && op == 2) {
-					n = split(cepsu[c], eps, "|")
-					for (e = 1; e <= n; e++) { split(eps[e], w, " "); if (!((f, w[1]) in HPA)) { HPA[f, w[1]] = 1; app(ADD, "hairpin" f, w[1] " . " w[1]) } }
-				}
-				continue
+			# (the hairpin elements of every claim, as a full state adds them)
+			if (cepsu[c] != "" && op == 2) {
+				n = split(cepsu[c], eps, "|")
+				for (e = 1; e <= n; e++) { split(eps[e], w, " "); if (!((f, w[1]) in HPA)) { HPA[f, w[1]] = 1; app(ADD, "hairpin" f, w[1] " . " w[1]) } }
 			}
+			kk = f SUBSEP ck[c] SUBSEP ckey[c]
+			if (kk in same) continue
 			same[kk] = 1
 			if (op == 1) {
 				G1[++ng1] = "create element " T " " (ck[c] == "d" ? "dups" : "dupsnp") f " { " ckey[c] " }"
@@ -68,10 +66,6 @@ function changes(   i, n, a, k, t, last, s, c, e, eps, f, m, w, p, z, du, d, key
 					if (op == 1) app(DEL, m, ckey[c] " . " (e - 1))
 					else app(ADD, m, ckey[c] " . " (e - 1) " : " eps[e])
 				}
-			}
-			if (cepsu[c] != "" && op == 2) {
-				n = split(cepsu[c], eps, "|")
-				for (e = 1; e <= n; e++) { split(eps[e], w, " "); if (!((f, w[1]) in HPA)) { HPA[f, w[1]] = 1; app(ADD, "hairpin" f, w[1] " . " w[1]) } }
 			}
 			if (cudp[c] != "") {
 				split(cudp[c], du, " ")
