@@ -43,34 +43,48 @@ export function inputFor(state: State, previous: State | undefined): Input {
 const PREVIOUS = Buffer.from('{"Previous":');
 const CLOSE = Buffer.from('}\n');
 
+/** A change set as it is written: `previous` lines and added lines, in order. */
+class ChangeWriter {
+  private readonly chunks: Buffer[] = [];
+  private bytes = 0;
+
+  /** `line` (with its newline) as `{"Previous":LINE}`. */
+  previous(line: Buffer): void {
+    this.chunks.push(PREVIOUS, line.subarray(0, line.length - 1), CLOSE);
+    this.bytes += PREVIOUS.length + line.length - 1 + CLOSE.length;
+  }
+
+  add(line: Buffer): void {
+    this.chunks.push(line);
+    this.bytes += line.length;
+  }
+
+  input(): Input {
+    return { kind: 'changes', chunks: this.chunks, bytes: this.bytes };
+  }
+}
+
+/** Two lines differ: not the same Buffer, and not the same bytes. */
+const differ = (a: Buffer, b: Buffer): boolean => a !== b && !a.equals(b);
+
 /** The change set from `prev` (the state last applied) to `next`. */
 export function changeSet(prev: State, next: State): Input {
-  const chunks: Buffer[] = [];
-  let bytes = 0;
-  const previous = (line: Buffer): void => {
-    // The line without its newline, inside {"Previous":…}.
-    chunks.push(PREVIOUS, line.subarray(0, line.length - 1), CLOSE);
-    bytes += PREVIOUS.length + line.length - 1 + CLOSE.length;
-  };
-  const add = (line: Buffer): void => {
-    chunks.push(line);
-    bytes += line.length;
-  };
+  const w = new ChangeWriter();
   // The usual case: the same Services in the same order (a store reuses its keys array until a
   // Service comes or goes), so line i is Service i in both: references compared, nothing else.
   if (prev.keys !== undefined && prev.keys === next.keys && prev.services === next.services) {
     // Only the blocks the two states do not share (state.ts `lineBlocks`), when they have them.
     forDifferentLines(prev, next, (a, b) => {
-      if (a !== b && !a.equals(b)) {
-        previous(a);
-        add(b);
+      if (differ(a, b)) {
+        w.previous(a);
+        w.add(b);
       }
     });
-    return { kind: 'changes', chunks, bytes };
+    return w.input();
   }
   const pk = keyed(prev);
   const nk = keyed(next);
-  if (!sorted(pk) || !sorted(nk)) return inStateOrder(pk, nk);
+  if (!sorted(pk) || !sorted(nk)) return inStateOrder(pk, nk, w);
   let i = 0;
   let j = 0;
   while (i < pk.length || j < nk.length) {
@@ -78,21 +92,21 @@ export function changeSet(prev: State, next: State): Input {
     const b = nk[j];
     const c = a === undefined ? 1 : b === undefined ? -1 : a.key === b.key ? 0 : comparePaths(a.key, b.key);
     if (c < 0) {
-      previous(a!.line);
+      w.previous(a!.line);
       i++;
     } else if (c > 0) {
-      add(b!.line);
+      w.add(b!.line);
       j++;
     } else {
-      if (a!.line !== b!.line && !a!.line.equals(b!.line)) {
-        previous(a!.line);
-        add(b!.line);
+      if (differ(a!.line, b!.line)) {
+        w.previous(a!.line);
+        w.add(b!.line);
       }
       i++;
       j++;
     }
   }
-  return { kind: 'changes', chunks, bytes };
+  return w.input();
 }
 
 interface Keyed {
@@ -112,7 +126,7 @@ function sorted(k: readonly Keyed[]): boolean {
 }
 
 /** The change set of states not in kpng order: N's order, each removed Service after its predecessor in P. */
-function inStateOrder(pk: readonly Keyed[], nk: readonly Keyed[]): Input {
+function inStateOrder(pk: readonly Keyed[], nk: readonly Keyed[], w: ChangeWriter): Input {
   const before = new Map(pk.map((k) => [k.key, k.line]));
   const inNext = new Set(nk.map((k) => k.key));
   // Removed Services, grouped under the nearest Service before them in P that N keeps ('' = none).
@@ -126,23 +140,16 @@ function inStateOrder(pk: readonly Keyed[], nk: readonly Keyed[]): Input {
       else removedAfter.set(anchor, [k.line]);
     }
   }
-  const chunks: Buffer[] = [];
-  let bytes = 0;
-  const previous = (line: Buffer): void => {
-    chunks.push(PREVIOUS, line.subarray(0, line.length - 1), CLOSE);
-    bytes += PREVIOUS.length + line.length - 1 + CLOSE.length;
-  };
-  for (const line of removedAfter.get('') ?? []) previous(line);
+  for (const line of removedAfter.get('') ?? []) w.previous(line);
   for (const k of nk) {
     const old = before.get(k.key);
-    if (old === undefined || (old !== k.line && !old.equals(k.line))) {
-      if (old !== undefined) previous(old);
-      chunks.push(k.line);
-      bytes += k.line.length;
+    if (old === undefined || differ(old, k.line)) {
+      if (old !== undefined) w.previous(old);
+      w.add(k.line);
     }
-    for (const line of removedAfter.get(k.key) ?? []) previous(line);
+    for (const line of removedAfter.get(k.key) ?? []) w.previous(line);
   }
-  return { kind: 'changes', chunks, bytes };
+  return w.input();
 }
 
 /** `namespace/name` of a state line (for states built without their keys). */
