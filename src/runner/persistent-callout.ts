@@ -21,8 +21,9 @@
  * exit status is the better report), fails the frame's run: its process
  * group is ended (SIGTERM, SIGKILL after the grace) and the next run starts
  * a new process, fed a full frame (the scheduler retries with its backoff).
- * When the callout goes away (exits, or closes fd 3) between frames, `lost` listeners are told, so
- * that the newest state is sent again (to a new process, as a full frame).
+ * When the callout goes away (exits, or closes fd 3) between frames, `lost`
+ * listeners are told, so that the newest state is sent again (to a new
+ * process, as a full frame).
  * Its stderr lines are written as `[frame N] line` (N the Seq of the newest
  * frame written), stdout unchanged. When the program file changed since it
  * was started, the next frame first retires it (EOF) and starts the new one.
