@@ -86,8 +86,9 @@ export interface PipelineSpec {
 /** Exit status for a run's result, as a shell would report it. */
 export function exitStatus(r: RunResult): number {
   if (r.result === 'ok' || r.result === 'skipped') return 0;
-  if (r.exitCode !== undefined && r.exitCode !== null && r.exitCode > 0) return r.exitCode;
+  // A timeout first: the callout's own exit then is its answer to our SIGTERM, not its verdict.
   if (r.result === 'timeout') return 124;
+  if (r.exitCode !== undefined && r.exitCode !== null && r.exitCode > 0) return r.exitCode;
   if (r.signal) return 128 + ((osConstants.signals as Record<string, number>)[r.signal] ?? 0);
   if (r.result === 'spawn-error') return r.errorCode === 'EACCES' ? 126 : 127;
   return 1;

@@ -102,7 +102,7 @@ t.test('exitStatus: a run result as a shell would report it', async (t) => {
   t.equal(exitStatus(r({ result: 'failed', exitCode: 3 })), 3);
   t.equal(exitStatus(r({ result: 'failed' })), 1, 'a failure without a status: 1');
   t.equal(exitStatus(r({ result: 'timeout', signal: 'SIGTERM' })), 124);
-  t.equal(exitStatus(r({ result: 'timeout', exitCode: 7 })), 7, 'a callout that exited by itself on our SIGTERM keeps its status');
+  t.equal(exitStatus(r({ result: 'timeout', exitCode: 143 })), 124, 'a callout that exits on our SIGTERM: still a timeout (as timeout(1))');
   t.equal(exitStatus(r({ result: 'signal', signal: 'SIGKILL' })), 137);
   t.equal(exitStatus(r({ result: 'signal', signal: 'SIGSEGV' })), 139);
   t.equal(exitStatus(r({ result: 'spawn-error', errorCode: 'ENOENT' })), 127);

@@ -24,7 +24,7 @@ import { DEFAULTS } from '../defaults.js';
 import { silentLogger, type Logger } from '../log.js';
 import { inputFor, type Input } from '../changes.js';
 import type { State } from '../state.js';
-import type { Callout, InFlight, RunRequest, RunResult } from './callout.js';
+import { calloutEnv, type Callout, type InFlight, type RunRequest, type RunResult } from './callout.js';
 import { spawnErrorMessage } from './callout-check.js';
 import { ChildOutput } from './child-output.js';
 import { calloutOutlets, type Outlet } from './outlet.js';
@@ -124,8 +124,7 @@ export class CalloutProcess implements Callout {
   start({ run, state, previous }: RunRequest): InFlight {
     const started = this.now();
     const input = inputFor(state, this.changes ? previous : undefined);
-    const env: NodeJS.ProcessEnv = { ...this.baseEnv, KPNG_CALLOUT_RUN: String(run), KPNG_NODE_NAME: this.nodeName };
-    if (this.changes) env.KPNG_CALLOUT_INPUT = input.kind;
+    const env = calloutEnv(this.baseEnv, { KPNG_CALLOUT_RUN: String(run), KPNG_NODE_NAME: this.nodeName, ...(this.changes ? { KPNG_CALLOUT_INPUT: input.kind } : {}) });
     const spawnFailed = (err: NodeJS.ErrnoException): RunResult => {
       const r: RunResult = { run, result: 'spawn-error', durationMs: Math.max(0, this.now() - started), message: spawnErrorMessage(this.file, err, env) };
       if (err.code) r.errorCode = err.code;

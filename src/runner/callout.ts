@@ -78,8 +78,28 @@ export interface Callout {
    */
   close(how: 'graceful' | 'kill'): Promise<void>;
   /**
+   * The runner is stopping (SIGINT/SIGTERM): no run will follow the one in
+   * flight. A persistent callout's stdin is closed at once, so that it can
+   * acknowledge its last frame and exit within the grace.
+   */
+  stopping?(): void;
+  /**
    * A callout that outlives runs (persistent) tells here when it went away
    * between runs: the newest state must be handed over again, in full.
    */
   lost?(listener: (why: string) => void): void;
+}
+
+/** The variables we set for a callout, by mode and option: never passed through from our own environment. */
+const OWN_VARIABLES = ['KPNG_CALLOUT_RUN', 'KPNG_CALLOUT_INPUT', 'KPNG_CALLOUT_MODE', 'KPNG_NODE_NAME'] as const;
+
+/**
+ * A callout's environment: `base` without the variables we own (a
+ * `KPNG_CALLOUT_MODE` inherited from a shell must not tell a callout it is
+ * persistent when it is not), plus `own`.
+ */
+export function calloutEnv(base: NodeJS.ProcessEnv, own: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...base };
+  for (const name of OWN_VARIABLES) delete env[name];
+  return Object.assign(env, own);
 }

@@ -34,7 +34,7 @@ import type { Readable, Writable } from 'node:stream';
 import { inputFor } from '../changes.js';
 import { DEFAULTS } from '../defaults.js';
 import { silentLogger, type Logger } from '../log.js';
-import type { Callout, InFlight, RunRequest, RunResult } from './callout.js';
+import { calloutEnv, type Callout, type InFlight, type RunRequest, type RunResult } from './callout.js';
 import { spawnErrorMessage } from './callout-check.js';
 import type { CalloutProcessOptions } from './callout-process.js';
 import { ChildOutput } from './child-output.js';
@@ -71,6 +71,8 @@ interface Live {
   ending: boolean;
   /** The program file as it was when started (see `programStamp`). */
   program: string | undefined;
+  /** A frame waits for its successor: its going away is not told as lost (the frame hands the newest state over). */
+  replaced: boolean;
 }
 
 /** The program file's identity and times, when `file` is a path; undefined for a name looked up in $PATH or a file we cannot stat. */
@@ -112,19 +114,24 @@ export class PersistentCallout implements Callout {
 
   start(request: RunRequest): InFlight {
     const live = this.live;
+    // Exited, or being ended, and not yet cleared away: the frame goes to its successor (never into a dead pipe).
+    if (live && (live.exited || live.ending)) return this.sendAfter(request, live, live.gone);
     // A new version of the program (an edit, a new build under `replay --watch`): the old one is
     // retired first (EOF, as at our stop), and the frame goes to the new one, in full.
-    if (live && !live.ending && live.program !== programStamp(this.options.file)) return this.restartFor(request, live);
+    if (live && live.program !== programStamp(this.options.file)) {
+      this.log.info('the callout program changed: restarting the persistent callout', { file: this.options.file });
+      return this.sendAfter(request, live, this.retire(live));
+    }
     return this.send(request);
   }
 
-  /** Ends `old` (stdin closed, its group ended after the grace), then sends `request` to a new process. */
-  private restartFor(request: RunRequest, old: Live): InFlight {
-    this.log.info('the callout program changed: restarting the persistent callout', { file: this.options.file });
+  /** Sends `request` to a new process once `old` is gone (`going` resolves then); its own going-away is not told as lost. */
+  private sendAfter(request: RunRequest, old: Live, going: Promise<unknown>): InFlight {
+    old.replaced = true;
     let inner: InFlight | undefined;
     let stopped = false;
-    const done = this.retire(old).then((): RunResult | Promise<RunResult> => {
-      if (stopped) return { run: request.run, result: 'failed', stopped: true, durationMs: 0, message: `callout run ${request.run} stopped` };
+    const done = going.then((): RunResult | Promise<RunResult> => {
+      if (stopped || this.closing) return { run: request.run, result: 'failed', stopped: true, durationMs: 0, message: `callout run ${request.run} stopped` };
       inner = this.send(request);
       return inner.done;
     });
@@ -211,6 +218,13 @@ export class PersistentCallout implements Callout {
     };
   }
 
+  stopping(): void {
+    this.closing = true;
+    // EOF now, the frame in flight still waiting for its ack: the callout may answer it, then exit.
+    const l = this.live;
+    if (l && !l.exited) l.child.stdin!.end();
+  }
+
   async close(how: 'graceful' | 'kill'): Promise<void> {
     this.closing = true;
     const l = this.live;
@@ -241,7 +255,7 @@ export class PersistentCallout implements Callout {
   }
 
   private env(): NodeJS.ProcessEnv {
-    return { ...(this.options.env ?? process.env), KPNG_CALLOUT_MODE: 'persistent', KPNG_NODE_NAME: this.options.nodeName };
+    return calloutEnv(this.options.env ?? process.env, { KPNG_CALLOUT_MODE: 'persistent', KPNG_NODE_NAME: this.options.nodeName });
   }
 
   /** Starts the program; its stdin, stdout, stderr and fd 3 are pipes. */
@@ -267,7 +281,7 @@ export class PersistentCallout implements Callout {
     child.on('error', (err) => this.log.debug(`persistent callout process error: ${err.message}`, fields));
     const stdin = child.stdin as Writable;
     stdin.on('error', (err: NodeJS.ErrnoException) => this.log.debug(`writing to the persistent callout: ${err.message}`, { ...fields, code: err.code }));
-    const l: Live = { child, group, output, lines, exited: false, fresh: true, waiting: undefined, ending: false, gone: exit, program: programStamp(this.options.file) };
+    const l: Live = { child, group, output, lines, exited: false, fresh: true, waiting: undefined, ending: false, gone: exit, program: programStamp(this.options.file), replaced: false };
     l.gone = (async () => {
       const status = await exit;
       l.exited = true;
@@ -284,11 +298,12 @@ export class PersistentCallout implements Callout {
     this.live = l;
     this.readAcks(l, child.stdio[3] as Readable | null);
     void exit.then((status) => {
-      if (l.waiting) l.waiting({ gone: 'exit' });
+      // Exiting on the EOF of our stop, its last frame unanswered: stopped, not failed.
+      if (l.waiting) l.waiting({ gone: this.closing ? 'stop' : 'exit' });
       else if (!l.ending && !this.closing) {
         const how = status.signal !== null ? `killed by ${status.signal}` : `exit status ${status.code}`;
         this.log.warn(`persistent callout exited between frames (${how}): restarting it with the newest state`, { ...fields, stderr: tail(l).stderrTail });
-        void l.gone.then(() => this.tellLost(`exited (${how})`));
+        void l.gone.then(() => l.replaced || this.tellLost(`exited (${how})`));
       }
     });
     this.log.info('persistent callout started', { pid: pgid, file: this.options.file });
@@ -320,7 +335,7 @@ export class PersistentCallout implements Callout {
         if (this.closing) return;
         this.log.warn('persistent callout closed fd 3 between frames: restarting it with the newest state', { pid: l.group.pgid, stderr: tail(l).stderrTail });
         this.end(l);
-        void l.gone.then(() => this.tellLost('closed fd 3'));
+        void l.gone.then(() => l.replaced || this.tellLost('closed fd 3'));
       }, FD3_EXIT_WAIT_MS);
       void l.gone.then(() => clearTimeout(t));
     });

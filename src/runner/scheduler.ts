@@ -155,6 +155,7 @@ export class Scheduler {
   stop(graceMs?: number): Promise<void> {
     if (this.stopping) return this.stopping;
     this.shutdown();
+    this.callout.stopping?.();
     const cur = this.current;
     this.stopping = (async () => {
       if (cur) {

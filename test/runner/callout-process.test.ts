@@ -176,6 +176,14 @@ t.test('environment: ours plus KPNG_CALLOUT_RUN and KPNG_NODE_NAME', async (t) =
   t.equal(out.text(), '1|node-a|bar|unset\n2|node-a|bar|unset\n');
 });
 
+t.test('environment: our own KPNG_CALLOUT_* variables are never passed through', async (t) => {
+  const s = scripts.script(`echo "\${KPNG_CALLOUT_INPUT-unset}|\${KPNG_CALLOUT_MODE-unset}|$KPNG_CALLOUT_RUN|$KPNG_NODE_NAME"`);
+  const env = { PATH: process.env.PATH, KPNG_CALLOUT_INPUT: 'changes', KPNG_CALLOUT_MODE: 'persistent', KPNG_CALLOUT_RUN: '99', KPNG_NODE_NAME: 'other' };
+  const { run, out } = makeCallout({ file: s.file, env });
+  await run(st('x'));
+  t.equal(out.text(), 'unset|unset|1|node-a\n');
+});
+
 t.test('signal death is a failure with the signal', async (t) => {
   const { run } = makeCallout({ file: '/bin/sh', args: ['-c', 'kill -USR1 $$'] });
   const res = await run(st('x'));

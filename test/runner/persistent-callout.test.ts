@@ -9,6 +9,7 @@ import t, { type Test } from 'tap';
 import type { RunRequest } from '../../src/runner/callout.js';
 import { PersistentCallout, type PersistentCalloutOptions } from '../../src/runner/persistent-callout.js';
 import { Runner } from '../../src/runner/runner.js';
+import { silentLogger } from '../../src/log.js';
 import { pidAlive, waitGone } from '../helpers/procs.js';
 import { pollUntil } from '../helpers/wait.js';
 import { Scripts, Sink, st } from './harness.js';
@@ -18,7 +19,8 @@ import { Scripts, Sink, st } from './harness.js';
  * to $DIR/pid, then acks with the first word of $DIR/ack-N when present
  * (`crash` exits 3, `hang` never acks, `twice` acks ok twice, `late` acks ok
  * then `error late` 0.2 s later, `okerror` acks ok and `error stray` at once, `closefd3` acks ok and closes fd 3,
- * `closeexit` closes fd 3 and exits 3 a moment later; anything else is
+ * `closeexit` closes fd 3 and exits 3 a moment later, `okexit` acks ok and exits 0 (its
+ * grandchild keeps its stderr), `eofexit` reads to EOF, then acks ok and exits; anything else is
  * written as it is), else `ok`.
  */
 const reader = `echo $$ > "$DIR/pid"
@@ -41,6 +43,8 @@ while IFS= read -r header; do
     okerror) printf 'ok\nerror stray\n' >&3 ;;
     closefd3) echo ok >&3; exec 3>&- ;;
     closeexit) exec 3>&-; sleep 0.05; exit 3 ;;
+    okexit) echo ok >&3; exit 0 ;;
+    eofexit) cat > /dev/null; echo "eof seen" >&2; echo ok >&3; exit 0 ;;
     *) echo "$a" >&3 ;;
   esac
 done
@@ -212,4 +216,36 @@ t.test('the runner: "ok" and a stray "error" in one write: the state is sent aga
   await stderr.waitFor('got frame 2');
   await pollUntil(() => /"Seq":2,"Input":"full"/.test(readFileSync(join(s.dir, 'frames'), 'utf8')), 'frame 2, full');
   await r.stop();
+});
+
+t.test('a frame right after the callout exited (not yet cleared away) goes to a new process, not into the dead pipe', async (t) => {
+  const warnings: string[] = [];
+  const logger = { ...silentLogger, warn: (m: string) => void warnings.push(m) };
+  // Its grandchild keeps its stderr open: clearing it away takes the pipe drain wait and the group's end.
+  const c = setup(t, { timeoutMs: 20_000, logger });
+  c.setAck(1, 'okexit');
+  t.match(await c.callout.start(c.req(A)).done, { result: 'ok' });
+  const pid = c.pid();
+  await pollUntil(() => warnings.some((w) => /exited between frames/.test(w)), 'the exit noticed');
+  t.notOk(pidAlive(pid));
+  const started = Date.now();
+  t.match(await c.callout.start(c.req(AB, A)).done, { result: 'ok' });
+  t.ok(Date.now() - started < 10_000, `acknowledged by a new process in ${Date.now() - started} ms, not after the timeout`);
+  t.not(c.pid(), pid);
+  t.match(c.frames(), /\{"Frame":\{"Seq":2,"Input":"full"\}\}/);
+});
+
+t.test('the runner stops with a frame unacknowledged: stdin is closed at once, the callout answers and exits', async (t) => {
+  const scripts = new Scripts(t);
+  const s = scripts.script(reader);
+  writeFileSync(join(s.dir, 'ack-1'), 'eofexit');
+  const stderr = new Sink();
+  const r = new Runner({ file: s.file, nodeName: 'n', persistent: true, debounceMs: 0, stderr, stdout: new Sink(), killGraceMs: 4000 });
+  t.teardown(() => r.kill());
+  r.submit(A);
+  await stderr.waitFor('got frame 1');
+  const started = Date.now();
+  await r.stop();
+  t.ok(Date.now() - started < 3000, `stopped in ${Date.now() - started} ms (grace 4000 ms)`);
+  t.match(stderr.text(), /eof seen/);
 });
