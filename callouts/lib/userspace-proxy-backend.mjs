@@ -17,14 +17,14 @@ export function reset(sock) {
 
 /** An endpoint chooser for one (Service port, scope, family): round robin, and ClientIP affinity. */
 export class Backend {
-  constructor(key) {
+  /** `affinity`: client IP -> { id, until }, shared by the backends of one Service port (its addresses and scopes). */
+  constructor(key, affinity = new Map()) {
     this.key = key;
     this.endpoints = [];
     this.ids = new Set();
     this.next = 0;
     this.affinityMs = 0;
-    /** client IP -> { id, until } */
-    this.affinity = new Map();
+    this.affinity = affinity;
   }
 
   update(plan) {
@@ -63,8 +63,9 @@ export class Backend {
     return undefined;
   }
 
+  /** Drops expired affinities (one whose endpoint left is replaced by the client's next connection). */
   sweep(now) {
-    for (const [ip, a] of this.affinity) if (a.until <= now || !this.ids.has(a.id)) this.affinity.delete(ip);
+    for (const [ip, a] of this.affinity) if (a.until <= now) this.affinity.delete(ip);
   }
 }
 

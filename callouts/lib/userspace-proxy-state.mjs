@@ -9,11 +9,17 @@ import { DEFAULTS, log, q } from './userspace-proxy-common.mjs';
 
 const V4 = /^(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$/;
 
-/** A literal IPv4 address (dotted quad, no leading zeros), not 0.0.0.0 nor a broadcast/multicast address. */
+/**
+ * A literal IPv4 address (dotted quad, no leading zeros) a Service or an
+ * endpoint may use: not in 0.0.0.0/8, loopback (127/8), link-local
+ * (169.254/16), multicast or above (Kubernetes refuses them too, and an
+ * endpoint there would reach the node's own loopback services or a cloud's
+ * metadata server).
+ */
 export function isIPv4Literal(s) {
   if (typeof s !== 'string' || !V4.test(s)) return false;
-  const first = Number(s.slice(0, s.indexOf('.')));
-  return s !== '0.0.0.0' && first < 224;
+  const [a, b] = s.split('.', 2).map(Number);
+  return a !== 0 && a !== 127 && a < 224 && !(a === 169 && b === 254);
 }
 
 /** The 8 groups of an IPv6 address Node accepts, as numbers. */
@@ -31,22 +37,38 @@ function groups6(s) {
   return [...h, ...fill, ...t].map((g) => parseInt(g, 16));
 }
 
-/** A literal IPv6 address (no zone, no prefix, no brackets), not :: nor multicast nor IPv4-mapped. */
+/** A literal IPv6 address (no zone, no prefix, no brackets), not ::, ::1, link-local (fe80::/10), multicast nor IPv4-mapped. */
 export function isIPv6Literal(s) {
   if (typeof s !== 'string' || s.length > 45 || !/^[0-9A-Fa-f:.]+$/.test(s) || !net.isIPv6(s)) return false;
   if (s.includes('.') && !V4.test(s.slice(s.lastIndexOf(':') + 1))) return false;
   const g = groups6(s);
   if (g.length !== 8 || g.some((x) => !(x >= 0 && x <= 0xffff))) return false;
-  if (g.every((x) => x === 0)) return false;
-  if ((g[0] & 0xff00) === 0xff00) return false;
+  if (g.slice(0, 7).every((x) => x === 0) && g[7] <= 1) return false;
+  if ((g[0] & 0xff00) === 0xff00 || (g[0] & 0xffc0) === 0xfe80) return false;
   if (g.slice(0, 5).every((x) => x === 0) && g[5] === 0xffff) return false;
   return true;
+}
+
+/**
+ * An address in one spelling per address, so that two spellings of it
+ * (`2001:DB8::1`, `2001:db8:0::1`) are one listener and one endpoint: IPv6
+ * as the WHATWG URL serializer writes it (lower case, the longest run of
+ * zero groups compressed, RFC 5952), IPv4 as it is (leading zeros are
+ * refused already).
+ */
+export function canonicalIP(s) {
+  return s.includes(':') ? new URL(`http://[${s}]/`).hostname.slice(1, -1) : s;
 }
 
 /** An integer port, 1 to 65535. */
 export const isPort = (p) => Number.isInteger(p) && p >= 1 && p <= 65535;
 
-const PROTOCOLS = { 1: 'tcp', 2: 'udp', 3: 'sctp' };
+/** kpng's Protocol numbers (a Map: a name such as `constructor` must find nothing). */
+const PROTOCOLS = new Map([
+  [1, 'tcp'],
+  [2, 'udp'],
+  [3, 'sctp'],
+]);
 
 const obj = (v) => (v !== null && typeof v === 'object' && !Array.isArray(v) ? v : undefined);
 const arr = (v) => (Array.isArray(v) ? v : []);
@@ -84,7 +106,8 @@ export function readService(line, why = () => {}) {
     ]) {
       for (const ip of arr(list)) {
         if (check(ip)) {
-          if (!ips[scope][fam].includes(ip)) ips[scope][fam].push(ip);
+          const c = canonicalIP(ip);
+          if (!ips[scope][fam].includes(c)) ips[scope][fam].push(c);
         } else say(`${what} ${q(ip)} is not a usable literal IPv${fam} address: skipped`);
       }
     }
@@ -96,7 +119,7 @@ export function readService(line, why = () => {}) {
   for (const p of arr(svc.Ports)) {
     const o = obj(p) ?? {};
     const pname = typeof o.Name === 'string' ? o.Name : '';
-    const proto = PROTOCOLS[o.Protocol];
+    const proto = PROTOCOLS.get(o.Protocol);
     const port = o.Port;
     if (proto === undefined) {
       say(`port ${q(pname)}: protocol ${q(o.Protocol ?? 0)} is not TCP, UDP or SCTP: skipped`);
@@ -135,7 +158,7 @@ export function readService(line, why = () => {}) {
     const v4 = arr(s.V4).find(isIPv4Literal);
     const v6 = arr(s.V6).find(isIPv6Literal);
     if (v4 !== undefined) ip[4] = v4;
-    if (v6 !== undefined) ip[6] = v6;
+    if (v6 !== undefined) ip[6] = canonicalIP(v6);
     for (const bad of [...arr(s.V4).filter((x) => !isIPv4Literal(x)), ...arr(s.V6).filter((x) => !isIPv6Literal(x))]) {
       say(`endpoint address ${q(bad)} is not a usable literal IP address: skipped`);
     }
@@ -196,22 +219,40 @@ export const where = (host, port, proto) => `${hp(host, port)}/${proto}`;
 /**
  * The listeners a state needs: Map listener key -> {
  *   key, proto, family (4|6), host, port, nodePort (bool), label,
- *   backend: { key, endpoints: [{ ip, port, id }], affinityMs } }.
+ *   backend: { key, affinityKey, endpoints: [{ ip, port, id }], affinityMs },
+ *   routes?: [{ host, label, backend }], shared?: true }.
  * `services` in kpng order; an address:port claimed twice goes to the first
- * Service (the other is told to `why`).
+ * Service (the other is told to `why`). A Service address whose TCP port is
+ * also a NodePort is served by the NodePort's socket (Linux lets no TCP
+ * socket listen on an address and port that a wildcard one listens on):
+ * that socket's `routes` pick the backend by the connection's local address.
+ * UDP listeners sharing a port with a NodePort of their family are `shared`
+ * (SO_REUSEADDR: the kernel hands each datagram to the most specific one).
+ * An endpoint that is one of these listeners (`localAddresses`: the node's
+ * own addresses, for NodePorts) would loop back into the proxy: it is told
+ * to `why` and left out.
  */
-export function planListeners(services, why = () => {}) {
+export function planListeners(services, why = () => {}, localAddresses = new Set()) {
   const listeners = new Map();
+  const plans = [];
   for (const svc of services) {
     for (const port of svc.ports) {
       const pl = `${svc.label} port ${port.port}/${port.proto}${port.name === '' ? '' : ` (${q(port.name)})`}`;
       const backends = {};
-      const backend = (scope, fam) =>
-        (backends[`${scope}${fam}`] ??= {
-          key: `${svc.key}\0${port.proto}\0${port.port}\0${port.name}\0${scope}\0${fam}`,
-          affinityMs: svc.affinityMs,
-          endpoints: endpointsFor(svc, port, scope, fam),
-        });
+      const backend = (scope, fam) => {
+        if (!backends[`${scope}${fam}`]) {
+          const b = {
+            key: `${svc.key}\0${port.proto}\0${port.port}\0${port.name}\0${scope}\0${fam}`,
+            // One client keeps one endpoint per Service port, whichever address it came through (as kube-proxy).
+            affinityKey: `${svc.key}\0${port.proto}\0${port.port}\0${port.name}\0${fam}`,
+            affinityMs: svc.affinityMs,
+            endpoints: endpointsFor(svc, port, scope, fam),
+          };
+          backends[`${scope}${fam}`] = b;
+          plans.push({ b, proto: port.proto, fam, label: pl });
+        }
+        return backends[`${scope}${fam}`];
+      };
       const add = (host, fam, lport, scope, nodePort) => {
         const key = `${port.proto} ${host} ${lport}`;
         const have = listeners.get(key);
@@ -230,6 +271,26 @@ export function planListeners(services, why = () => {}) {
         add('::', 6, port.nodePort, 'external', true);
       }
     }
+  }
+  const wildcard = (proto, fam, port) => listeners.get(`${proto} ${fam === 4 ? '0.0.0.0' : '::'} ${port}`);
+  for (const { b, proto, fam, label } of plans) {
+    b.endpoints = b.endpoints.filter((e) => {
+      const loops = listeners.has(`${proto} ${e.ip} ${e.port}`) || (wildcard(proto, fam, e.port) !== undefined && localAddresses.has(e.ip));
+      if (loops) why(`${label}: endpoint ${hp(e.ip, e.port)} is an address this proxy listens on (a loop): skipped`);
+      return !loops;
+    });
+  }
+  for (const [key, l] of listeners) {
+    if (l.nodePort) continue;
+    const any = wildcard(l.proto, l.family, l.port);
+    if (!any) continue;
+    if (l.proto === 'udp') {
+      l.shared = true;
+      any.shared = true;
+      continue;
+    }
+    (any.routes ??= []).push({ host: l.host, label: l.label, backend: l.backend });
+    listeners.delete(key);
   }
   return listeners;
 }

@@ -20,7 +20,13 @@
 //   listening socket (the Service address).
 // - SessionAffinity ClientIP: a client IP keeps its endpoint for
 //   TimeoutSeconds (10800 when 0 or missing), refreshed by each new
-//   connection, as long as the endpoint stays.
+//   connection, as long as the endpoint stays, whichever of the Service's
+//   addresses (or its NodePort) the client comes through.
+// - A Service address whose TCP port is also a NodePort is served by the
+//   NodePort's socket, by the connection's local address (Linux lets no
+//   socket listen beside a wildcard one); UDP ones share the port
+//   (SO_REUSEADDR). An endpoint that is one of the proxy's own listeners is
+//   skipped (a loop), and so are loopback and link-local addresses.
 //
 // Frames (stdin) are applied one at a time: listeners of removed Services or
 // ports are closed, new ones opened, the others keep their socket and their
@@ -36,11 +42,12 @@
 // plans the state and reads frames, -backend.mjs picks endpoints, -common.mjs
 // holds the options and logging.
 import dgram from 'node:dgram';
-import { fstatSync } from 'node:fs';
+import { fstatSync, readlinkSync } from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import { Backend, reset } from './userspace-proxy-backend.mjs';
 import { ack, log, readOptions } from './userspace-proxy-common.mjs';
-import { FrameReader, hp, planListeners, ServiceTable, where } from './userspace-proxy-state.mjs';
+import { canonicalIP, FrameReader, hp, planListeners, ServiceTable, where } from './userspace-proxy-state.mjs';
 // The launcher and the tests import this module only.
 export { Backend } from './userspace-proxy-backend.mjs';
 export { DEFAULTS, readOptions } from './userspace-proxy-common.mjs';
@@ -48,6 +55,15 @@ export * from './userspace-proxy-state.mjs';
 
 /** Datagrams kept per UDP session while its upstream socket connects. */
 const UDP_PENDING_MAX = 64;
+/** The longest timer Node keeps (a longer one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** The node's own addresses (an endpoint there at a NodePort would loop back into the proxy). */
+export function localAddresses() {
+  const out = new Set();
+  for (const list of Object.values(os.networkInterfaces())) for (const a of list ?? []) out.add(canonicalIP(a.address));
+  return out;
+}
 
 export class UserspaceProxy {
   constructor(options) {
@@ -56,6 +72,8 @@ export class UserspaceProxy {
     this.listeners = new Map();
     /** backend key -> Backend */
     this.backends = new Map();
+    /** affinity key -> client IP -> { id, until }: shared by the backends of one Service port and family. */
+    this.affinities = new Map();
     this.tcp = 0;
     this.udp = 0;
     /** Every TCP socket we hold (clients and upstreams), to close them all at the end. */
@@ -74,25 +92,40 @@ export class UserspaceProxy {
       }
     }
     const backends = new Map();
+    const affinities = new Map();
+    const backendFor = (wb) => {
+      let b = backends.get(wb.key);
+      if (b) return b;
+      const affinity = affinities.get(wb.affinityKey) ?? this.affinities.get(wb.affinityKey) ?? new Map();
+      affinities.set(wb.affinityKey, affinity);
+      b = this.backends.get(wb.key) ?? new Backend(wb.key, affinity);
+      b.affinity = affinity;
+      b.update(wb);
+      backends.set(b.key, b);
+      return b;
+    };
     const binds = [];
     for (const [key, want] of plan) {
-      let b = backends.get(want.backend.key) ?? this.backends.get(want.backend.key);
-      if (!b) b = new Backend(want.backend.key);
-      if (!backends.has(b.key)) {
-        b.update(want.backend);
-        backends.set(b.key, b);
-      }
+      const b = backendFor(want.backend);
       let l = this.listeners.get(key);
+      // Shared with a NodePort now (or no longer): bound again with (or without) SO_REUSEADDR.
+      if (l && l.up && l.proto === 'udp' && l.shared !== (want.shared === true)) {
+        this.closeListener(l);
+        this.listeners.delete(key);
+        l = undefined;
+      }
       if (!l) {
-        l = { key, proto: want.proto, family: want.family, host: want.host, port: want.port, nodePort: want.nodePort, label: want.label, backend: b, handle: undefined, up: false, failed: undefined, sessions: new Map() };
+        l = { key, proto: want.proto, family: want.family, host: want.host, port: want.port, nodePort: want.nodePort, shared: want.shared === true, label: want.label, backend: b, routes: undefined, handle: undefined, up: false, failed: undefined, sessions: new Map() };
         this.listeners.set(key, l);
       }
       l.backend = b;
       l.label = want.label;
+      l.routes = want.routes ? new Map(want.routes.map((r) => [r.host, { host: r.host, label: r.label, backend: backendFor(r.backend) }])) : undefined;
       if (l.proto === 'udp') this.pruneSessions(l);
       if (!l.up) binds.push(this.bind(l));
     }
     this.backends = backends;
+    this.affinities = affinities;
     await Promise.all(binds);
     const failed = [];
     for (const l of this.listeners.values()) if (!l.up) failed.push({ where: where(l.host, l.port, l.proto), why: l.failed ?? 'not bound' });
@@ -103,6 +136,11 @@ export class UserspaceProxy {
     return new Promise((resolve) => {
       const done = (err) => {
         if (err) {
+          try {
+            l.handle?.close();
+          } catch {
+            // never bound
+          }
           l.handle = undefined;
           l.up = false;
           const code = err.code ?? 'error';
@@ -125,7 +163,7 @@ export class UserspaceProxy {
           done();
         });
       } else {
-        const sock = dgram.createSocket({ type: l.family === 6 ? 'udp6' : 'udp4', ipv6Only: l.host === '::' });
+        const sock = dgram.createSocket({ type: l.family === 6 ? 'udp6' : 'udp4', ipv6Only: l.host === '::', reuseAddr: l.shared });
         l.handle = sock;
         sock.once('error', done);
         sock.on('message', (msg, rinfo) => this.onUdp(l, msg, rinfo));
@@ -168,8 +206,11 @@ export class UserspaceProxy {
   onTcp(l, client) {
     if (this.stopping || this.capped()) return reset(client);
     const clientIp = client.remoteAddress ?? '';
-    if (l.backend.endpoints.length === 0) {
-      if (this.o.logConnections) log(`tcp ${hp(clientIp, client.remotePort)} -> ${where(l.host, l.port, 'tcp')}: no endpoint, reset`);
+    // A NodePort socket also serving Service addresses at its port: the address the client asked for decides.
+    const route = l.routes && client.localAddress ? l.routes.get(canonicalIP(client.localAddress)) : undefined;
+    const dest = route ?? { host: l.host, backend: l.backend };
+    if (dest.backend.endpoints.length === 0) {
+      if (this.o.logConnections) log(`tcp ${hp(clientIp, client.remotePort)} -> ${where(dest.host, l.port, 'tcp')}: no endpoint, reset`);
       return reset(client);
     }
     this.tcp++;
@@ -183,20 +224,20 @@ export class UserspaceProxy {
       if (conn.up && !conn.paired) conn.up.destroy();
       this.closed(conn);
     });
-    this.dial(l, conn, clientIp, new Set());
+    this.dial(l, dest, conn, clientIp, new Set());
   }
 
   closed(conn) {
     if (--conn.open === 0) this.tcp--;
   }
 
-  dial(l, conn, clientIp, tried) {
-    const b = l.backend;
+  dial(l, dest, conn, clientIp, tried) {
+    const b = dest.backend;
     const client = conn.client;
     if (client.destroyed) return;
     const ep = tried.size < this.o.connectAttempts ? b.pick(clientIp, tried, Date.now()) : undefined;
     if (!ep) {
-      if (this.o.logConnections) log(`tcp ${hp(clientIp, client.remotePort)} -> ${where(l.host, l.port, 'tcp')}: no endpoint answered (${tried.size} tried), reset`);
+      if (this.o.logConnections) log(`tcp ${hp(clientIp, client.remotePort)} -> ${where(dest.host, l.port, 'tcp')}: no endpoint answered (${tried.size} tried), reset`);
       return reset(client);
     }
     tried.add(ep.id);
@@ -204,15 +245,16 @@ export class UserspaceProxy {
     conn.up = up;
     conn.open++;
     this.sockets.add(up);
-    const timer = setTimeout(() => up.destroy(Object.assign(new Error('connect timed out'), { code: 'ETIMEDOUT' })), this.o.connectTimeoutMs * 2 ** (tried.size - 1));
+    const timeoutMs = Math.min(MAX_TIMER_MS, this.o.connectTimeoutMs * 2 ** (tried.size - 1));
+    const timer = setTimeout(() => up.destroy(Object.assign(new Error('connect timed out'), { code: 'ETIMEDOUT' })), timeoutMs);
     const failed = (err) => {
       clearTimeout(timer);
       up.destroy();
       if (client.destroyed) return;
-      if (this.o.logConnections) log(`tcp ${hp(clientIp, client.remotePort)} -> ${where(l.host, l.port, 'tcp')}: ${hp(ep.ip, ep.port)} failed (${err.code ?? err.message})`);
+      if (this.o.logConnections) log(`tcp ${hp(clientIp, client.remotePort)} -> ${where(dest.host, l.port, 'tcp')}: ${hp(ep.ip, ep.port)} failed (${err.code ?? err.message})`);
       // Not this one again for this client (affinity is chosen again).
       if (b.affinity.get(clientIp)?.id === ep.id) b.affinity.delete(clientIp);
-      this.dial(l, conn, clientIp, tried);
+      this.dial(l, dest, conn, clientIp, tried);
     };
     up.once('error', failed);
     up.once('close', () => {
@@ -225,7 +267,7 @@ export class UserspaceProxy {
       up.off('error', failed);
       if (client.destroyed) return up.destroy();
       conn.paired = true;
-      if (this.o.logConnections) log(`tcp ${hp(clientIp, client.remotePort)} -> ${where(l.host, l.port, 'tcp')} -> ${hp(ep.ip, ep.port)}`);
+      if (this.o.logConnections) log(`tcp ${hp(clientIp, client.remotePort)} -> ${where(dest.host, l.port, 'tcp')} -> ${hp(ep.ip, ep.port)}`);
       up.on('error', () => this.kill(conn));
       // Either side gone before its peer's data was all passed on (an error, a reset, a destroy): the other goes too.
       client.on('close', () => {
@@ -337,6 +379,8 @@ export function main() {
   }
   try {
     fstatSync(3);
+    // With fd 3 closed at our start, Node's own event poll takes that number.
+    if (/^anon_inode:/.test(readlinkSync('/proc/self/fd/3'))) throw new Error('not ours');
   } catch {
     log('file descriptor 3 (the acks) is not open: run it with `kpng-callout --persistent`');
     process.exit(1);
@@ -371,7 +415,7 @@ export function main() {
         ack(`error ${r.why}`);
         return;
       }
-      const failed = await proxy.reconcile(planListeners(table.ordered(), (msg) => log(msg)));
+      const failed = await proxy.reconcile(planListeners(table.ordered(), (msg) => log(msg), localAddresses()));
       if (exiting) return;
       if (failed.length === 0) ack('ok');
       else ack(`error cannot listen on ${failed.map((f) => `${f.where}: ${f.why}`).join('; ')}`);

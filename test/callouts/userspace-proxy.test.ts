@@ -43,7 +43,9 @@ interface Planned {
   port: number;
   nodePort: boolean;
   label: string;
-  backend: { key: string; endpoints: Array<{ ip: string; port: number; id: string }>; affinityMs: number };
+  backend: { key: string; affinityKey?: string; endpoints: Array<{ ip: string; port: number; id: string }>; affinityMs: number };
+  routes?: Array<{ host: string; label: string; backend: Planned['backend'] }>;
+  shared?: boolean;
 }
 interface BackendT {
   update(plan: Planned['backend']): void;
@@ -53,11 +55,12 @@ interface Lib {
   isIPv4Literal(s: unknown): boolean;
   isIPv6Literal(s: unknown): boolean;
   readService(line: unknown, why?: (msg: string) => void): Service | undefined;
-  planListeners(services: Service[], why?: (msg: string) => void): Map<string, Planned>;
+  planListeners(services: Service[], why?: (msg: string) => void, localAddresses?: Set<string>): Map<string, Planned>;
+  canonicalIP(s: string): string;
   readOptions(env: NodeJS.ProcessEnv): Record<string, unknown>;
   ServiceTable: new (why?: (msg: string) => void) => { apply(header: string, lines: string[]): { ok: boolean; why?: string }; ordered(): Service[]; based: boolean };
   FrameReader: new (onFrame: (header: string, lines: string[]) => void) => { push(text: string): void; end(): boolean };
-  Backend: new (key: string) => BackendT;
+  Backend: new (key: string, affinity?: Map<string, unknown>) => BackendT;
   DEFAULTS: Record<string, number>;
 }
 
@@ -75,11 +78,11 @@ const ep = (v4: string | undefined, v6: string | undefined, extra: Record<string
 
 t.test('literal addresses only', async (t) => {
   for (const ok of ['192.0.2.1', '10.0.0.0', '223.255.0.1', '1.2.3.4']) t.ok(lib.isIPv4Literal(ok), ok);
-  for (const bad of ['0.0.0.0', '01.2.3.4', '1.2.3', '1.2.3.4.5', '256.1.1.1', '224.0.0.1', '240.0.0.1', '255.255.255.255', ' 1.2.3.4', '1.2.3.4\n', '1.2.3.4/32', '', 7, null, ['1.2.3.4']]) {
+  for (const bad of ['0.0.0.0', '0.1.2.3', '127.0.0.1', '127.255.255.254', '169.254.169.254', '01.2.3.4', '1.2.3', '1.2.3.4.5', '256.1.1.1', '224.0.0.1', '240.0.0.1', '255.255.255.255', ' 1.2.3.4', '1.2.3.4\n', '1.2.3.4/32', '', 7, null, ['1.2.3.4']]) {
     t.notOk(lib.isIPv4Literal(bad), JSON.stringify(bad));
   }
-  for (const ok of ['2001:db8::1', '::1', '2001:db8:0:0:0:0:0:1', '64:ff9b::192.0.2.1', 'FE80::1']) t.ok(lib.isIPv6Literal(ok), ok);
-  for (const bad of ['::', '0:0:0:0:0:0:0:0', 'fe80::1%eth0', '2001:db8::1/64', '[2001:db8::1]', 'ff02::1', '::ffff:192.0.2.1', '::ffff:c000:201', '2001:db8::1 ', '2001:db8::01.2.3.4', 'x', '', 1]) {
+  for (const ok of ['2001:db8::1', '2001:db8:0:0:0:0:0:1', '64:ff9b::192.0.2.1', 'fec0::1', '::2']) t.ok(lib.isIPv6Literal(ok), ok);
+  for (const bad of ['::', '::1', '0:0:0:0:0:0:0:1', 'FE80::1', 'febf::1', '0:0:0:0:0:0:0:0', 'fe80::1%eth0', '2001:db8::1/64', '[2001:db8::1]', 'ff02::1', '::ffff:192.0.2.1', '::ffff:c000:201', '2001:db8::1 ', '2001:db8::01.2.3.4', 'x', '', 1]) {
     t.notOk(lib.isIPv6Literal(bad), JSON.stringify(bad));
   }
 });
@@ -350,4 +353,73 @@ t.test('persistent only: run per state, it exits 1 saying to use --persistent', 
   const bad = runBin(t, 'kpng-callout', ['replay', '--once', '--persistent', state, '--callout', repoPath('callouts/userspace-proxy')], { env: { USERSPACE_PROXY_MAX_CONNECTIONS: 'lots' } });
   t.equal(await bad.exited(), 1, 'a bad option: it exits 1 (the frame fails)');
   t.match(bad.stderr.join('\n'), /USERSPACE_PROXY_MAX_CONNECTIONS must be an integer/);
+});
+
+t.test('canonicalIP: one spelling per IPv6 address', async (t) => {
+  t.equal(lib.canonicalIP('2001:DB8:E:0::150'), '2001:db8:e::150');
+  t.equal(lib.canonicalIP('2001:db8:0:0:1:0:0:1'), '2001:db8::1:0:0:1');
+  t.equal(lib.canonicalIP('2001:db8::1.2.3.4'), '2001:db8::102:304');
+  t.equal(lib.canonicalIP('192.0.2.1'), '192.0.2.1');
+});
+
+t.test('readService: protocol names that are not kpng numbers are skipped; addresses in one spelling', async (t) => {
+  const why: string[] = [];
+  const svc = lib.readService(
+    JSON.parse(
+      line('a', {
+        IPs: { ClusterIPs: { V6: ['2001:DB8:E:0::150'] }, ExternalIPs: { V6: ['2001:db8:e::150'] } },
+        Ports: [
+          { Protocol: 'constructor', Port: 80 },
+          { Protocol: '__proto__', Port: 81 },
+          { Protocol: '1', Port: 82 },
+          { Protocol: 1, Port: 83 },
+        ],
+      }, [ep(undefined, '2001:DB8:1::2')]),
+    ),
+    (m) => why.push(m),
+  )!;
+  t.same(svc.ports.map((p) => p.port), [83]);
+  t.equal(why.filter((w) => /is not TCP, UDP or SCTP/.test(w)).length, 3);
+  t.same(svc.ips.internal[6], ['2001:db8:e::150']);
+  t.same(svc.ips.external[6], ['2001:db8:e::150']);
+  t.same(svc.endpoints[0]!.ip, { 6: '2001:db8:1::2' });
+});
+
+t.test('planListeners: endpoints that loop back into the proxy; a Service port that is also a NodePort; shared affinity', async (t) => {
+  const why: string[] = [];
+  const svcs = [
+    // Its endpoint is its own address (a loop), and the address of b's NodePort on this node.
+    line('a', { IPs: { ClusterIPs: { V4: ['192.0.2.41'] } }, Ports: [{ Protocol: 1, Port: 80 }, { Protocol: 2, Port: 30100 }], SessionAffinity: { ClientIP: { TimeoutSeconds: 60 } } }, [
+      ep('192.0.2.41', undefined),
+      ep('198.51.100.9', undefined, { PortOverrides: [{ Port: 30100 }] }),
+      ep('198.51.100.2', undefined),
+    ]),
+    line('b', { IPs: { ClusterIPs: { V4: ['192.0.2.42'] } }, Ports: [{ Protocol: 1, Port: 81, NodePort: 80 }, { Protocol: 2, Port: 82, NodePort: 30100 }] }, [ep('198.51.100.3', undefined)]),
+  ].map((l) => lib.readService(JSON.parse(l))!);
+  const plan = lib.planListeners(svcs, (m) => why.push(m), new Set(['198.51.100.9']));
+  t.same([...plan.keys()].sort(), ['tcp 0.0.0.0 80', 'tcp 192.0.2.42 81', 'tcp :: 80', 'udp 0.0.0.0 30100', 'udp 192.0.2.41 30100', 'udp 192.0.2.42 82', 'udp :: 30100']);
+  const any = plan.get('tcp 0.0.0.0 80')!;
+  t.same(any.routes!.map((r) => [r.host, r.backend.endpoints.map((e) => e.id)]), [['192.0.2.41', ['198.51.100.9 30100', '198.51.100.2 80']]], 'a:80 served by the NodePort socket, by address; its own address left out (a loop), 30100/tcp is no listener');
+  t.same(any.backend.endpoints.map((e) => e.id), ['198.51.100.3 81']);
+  t.equal(plan.get('udp 192.0.2.41 30100')!.shared, true);
+  t.equal(plan.get('udp 0.0.0.0 30100')!.shared, true);
+  t.equal(plan.get('udp 192.0.2.42 82')!.shared, undefined);
+  t.same(plan.get('udp 192.0.2.41 30100')!.backend.endpoints.map((e) => e.id), ['198.51.100.2 30100'], 'a NodePort on a node address is a loop too');
+  t.match(why.join('\n'), /endpoint 192\.0\.2\.41:80 is an address this proxy listens on \(a loop\): skipped/);
+  t.match(why.join('\n'), /endpoint 198\.51\.100\.9:30100 is an address this proxy listens on/);
+});
+
+t.test('Backend: one affinity for a Service port, whichever address the client comes through', async (t) => {
+  const eps = ['a', 'b', 'c'].map((x) => ({ ip: x, port: 1, id: `${x} 1` }));
+  const shared = new Map();
+  const internal = new lib.Backend('i', shared);
+  const external = new lib.Backend('e', shared);
+  internal.update({ key: 'i', endpoints: eps, affinityMs: 1000 });
+  external.update({ key: 'e', endpoints: eps, affinityMs: 1000 });
+  const first = internal.pick('client', new Set(), 0)!.ip;
+  t.equal(external.pick('client', new Set(), 10)!.ip, first);
+  external.update({ key: 'e', endpoints: eps.filter((e) => e.ip !== first), affinityMs: 1000 });
+  const other = external.pick('client', new Set(), 20)!.ip;
+  t.not(other, first, 'not in this scope: another, which the client keeps from then on');
+  t.equal(internal.pick('client', new Set(), 30)!.ip, other);
 });

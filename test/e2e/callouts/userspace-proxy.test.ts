@@ -219,6 +219,34 @@ t.test('userspace-proxy with real traffic', { skip: reason ?? false }, async (t)
     t.same(answers(await client.tcp('192.0.2.18', 80)), ['pod1:8080'], 'so does the new Service');
   });
 
+  await t.test("a Service port that is another Service's NodePort: both served; endpoints that loop back or reach the node's loopback skipped; one affinity per Service port", async (t) => {
+    const before = proxy.lines.length;
+    const clash: Svc = { name: 'clash', cluster: ['192.0.2.19'], ports: [{ name: 't', port: 30080, targetPort: 8080 }, { name: 'u', proto: 'udp', port: 30053, targetPort: 8080 }], endpoints: [{ pod: 'pod1' }] };
+    const loop: Svc = {
+      name: 'loop',
+      cluster: ['192.0.2.22'],
+      ports: [{ port: 80, targetPort: 8080 }],
+      endpoints: [{ pod: 'pod1' }],
+      rawEndpoints: [{ IPs: { V4: ['192.0.2.22'] }, PortOverrides: [{ Port: 80 }] }, { IPs: { V4: ['127.0.0.1'] } }, { IPs: { V4: ['169.254.169.254'] } }],
+    };
+    const sticky2: Svc = { name: 'sticky2', cluster: ['192.0.2.23'], external: ['192.0.2.24'], ports: [{ port: 80, targetPort: 8080 }], affinity: 0, endpoints: [{ pod: 'pod1' }, { pod: 'pod2' }] };
+    state = [...state, clash, loop, sticky2];
+    const r = await lab.apply(stateOf(state));
+    t.ok(r.ok, 'acknowledged ok (no EADDRINUSE)', { line: r.line });
+    t.same(tally(await client.tcp('192.0.2.19', 30080, 4)), { 'pod1:8080': 4 }, "clash's ClusterIP at 30080/tcp: its own endpoint");
+    t.same(tally(await client.tcp(NODE.v4, 30080, 4)), { 'pod2:8080': 4 }, "the node's address at 30080/tcp: web's NodePort (web's endpoint is pod2)");
+    t.match((await client.udp('192.0.2.19', 30053, 1, false, 'c'))[0]?.r, /^pod1:8080 c$/, "clash's ClusterIP at 30053/udp");
+    t.match((await client.udp(NODE.v4, 30053, 1, false, 'w'))[0]?.r, /^pod2:8080 w$/, "web's NodePort at 30053/udp");
+    t.same(tally(await client.tcp('192.0.2.22', 80, 10, 5)), { 'pod1:8080': 10 }, 'the loop and the loopback endpoints are never used');
+    const log = proxy.lines.slice(before).join('\n');
+    t.match(log, /endpoint 192\.0\.2\.22:80 is an address this proxy listens on \(a loop\): skipped/);
+    t.match(log, /"127\.0\.0\.1" is not a usable literal/);
+    t.match(log, /"169\.254\.169\.254" is not a usable literal/);
+    const got: string[] = [];
+    for (let i = 0; i < 6; i++) got.push(...answers(await client.tcp(i % 2 ? '192.0.2.24' : '192.0.2.23', 80)));
+    t.equal(new Set(got).size, 1, 'ClusterIP and ExternalIP: the same pod for one client', { got });
+  });
+
   await t.test('no leak: thousands of connections and UDP sessions, then back to the baseline', async (t) => {
     // The baseline: earlier UDP sessions idle out first (USERSPACE_PROXY_UDP_IDLE_TIMEOUT_MS=2500).
     let base = await proxy.stats();
