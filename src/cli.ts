@@ -57,10 +57,26 @@ function routeWarnings(io: CliIO, out: { warn(message: string): void }): void {
   });
 }
 
+/** Signals that stop us; see runPipeline. Here: while our output drains at the end. */
+const STOP_SIGNALS: readonly NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
+/** After a stop signal, how long the last output may take to drain (a reader that stalls must not hold us). */
+const STOPPED_DRAIN_MS = 1000;
+
 /** Entry point of both bins. */
 export async function main(tool: Tool, io: CliIO = { argv: process.argv, env: process.env, stdout: process.stdout, stderr: process.stderr, proc: process }): Promise<void> {
+  // A log line that cannot be written (stderr's reader gone, a full disk) is dropped: it must not crash us or lose the output.
+  io.stderr.on('error', () => {});
   const out = errorOutput(tool, logFormatOf(io.argv.slice(2)), io.stderr);
   routeWarnings(io, out);
+  // Installed for our whole life, so that no stop signal is ever lost or fatal: the pipeline handles
+  // them while it runs (and removes its handlers when done); here, they end the final drain.
+  let signalled = false;
+  let exit: (() => void) | undefined;
+  const onStop = (): void => {
+    signalled = true;
+    exit?.();
+  };
+  for (const s of STOP_SIGNALS) io.proc.on(s, onStop);
   let pipeline: Promise<number> | undefined;
   const program = buildProgram(tool, io, out, (p) => (pipeline = p));
   let code: number;
@@ -80,7 +96,19 @@ export async function main(tool: Tool, io: CliIO = { argv: process.argv, env: pr
       code = 70;
     }
   }
-  // Let stdout drain (it may be a pipe) before exiting; a closed one cannot.
-  if (io.stdout.writableEnded || io.stdout.destroyed) io.proc.exit(code);
-  else io.stdout.write('', () => io.proc.exit(code));
+  // Output that could not be written (a full disk) is a failure, unlike a reader that went away (EPIPE).
+  const failed = (): void => {
+    const err = (io.stdout as { errored?: NodeJS.ErrnoException | null }).errored;
+    if (!err || code !== 0 || err.code === 'EPIPE' || err.code === 'ERR_STREAM_DESTROYED') return;
+    out.error(`stdout: ${err.message}`);
+    code = 1;
+  };
+  exit = () => {
+    failed();
+    io.proc.exit(code);
+  };
+  // Let stdout drain (it may be a pipe) before exiting; a closed one cannot. Stopped: not for long.
+  if (io.stdout.writableEnded || io.stdout.destroyed) return exit();
+  if (signalled) setTimeout(exit, STOPPED_DRAIN_MS).unref();
+  io.stdout.write('', () => exit?.());
 }

@@ -24,8 +24,13 @@ export function parseDuration(option: string, value: string): number {
   if (v === '' || pos !== v.length) {
     throw usageError(option, JSON.stringify(value), 'expected a duration such as 100ms, 1s, 1m30s (or 0)');
   }
+  // Node's timers hold at most 2^31-1 ms (a longer one fires at once): refused, not turned into 1 ms.
+  if (total > MAX_DURATION_MS) throw usageError(option, JSON.stringify(value), 'expected a duration of at most 596h (2147483647ms, the longest timer)');
   return total;
 }
+
+/** The longest duration an option takes: Node's longest timer. */
+export const MAX_DURATION_MS = 2 ** 31 - 1;
 
 const sizeUnits: Record<string, number> = { '': 1, b: 1, k: 1000, kb: 1000, ki: 1024, kib: 1024, m: 1e6, mb: 1e6, mi: 1048576, mib: 1048576, g: 1e9, gb: 1e9, gi: 1073741824, gib: 1073741824 };
 

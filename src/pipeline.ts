@@ -117,6 +117,8 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   let stdoutFailed = false;
   let delivered = false;
   let onceTimedOut = false;
+  /** A second SIGINT: exit 130, whatever the killed run's status. */
+  let interrupted = false;
   // Runs are serialized, so the newest one settles last: awaiting it awaits them all.
   let lastRun: Promise<void> = Promise.resolve();
 
@@ -146,6 +148,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
     if (stopping) {
       if (sig === 'SIGINT') {
         log.warn('second SIGINT: killing the callout now');
+        interrupted = true;
         runner?.kill();
         io.proc.exitCode = 130;
         status = 130;
@@ -190,11 +193,13 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   if (tool === 'kpng-json') {
     // --changes: each print is the change set from the last one (nothing when nothing changed).
     let printed: State | undefined;
-    deliver = (state) => {
-      if (stdoutClosed) return;
+    const print = (state: State): void => {
+      if (stopping || stdoutClosed) return;
       writeInput(io.stdout, inputFor(state, common.changes ? printed : undefined));
       printed = state;
     };
+    // Replay: a stop signal that came while a fixture was read and parsed (synchronous work) is seen first.
+    deliver = mode === 'live' ? print : (state) => afterPendingSignals().then(() => print(state));
   } else {
     const r = spec.runner!;
     // Loaded only for kpng-callout: kpng-json has no runner, and start-up time counts (a first sync).
@@ -224,8 +229,11 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
       const how: RunNowOptions = { skipIdentical: common.changes, retry: mode === 'watch' };
       deliver = (state, options) => {
         if (stopping || stdoutClosed) return;
-        // Kept so the exit status is known even when the source does not await.
-        const p = rn.runNow(state, options?.again ? { ...how, full: true } : how).then((res) => {
+        // Kept so the exit status is known even when the source does not await. A stop signal that came
+        // during synchronous work (a big fixture parsed) is seen before the run starts.
+        const p = afterPendingSignals().then(async () => {
+          if (stopping || stdoutClosed) return;
+          const res = await rn.runNow(state, options?.again ? { ...how, full: true } : how);
           if (!failed && exitStatus(res) !== 0) {
             failed = true;
             status = exitStatus(res);
@@ -282,10 +290,19 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   if (onceTimedOut) {
     throw new CalloutError('source', `--once-timeout: no complete state from the ${spec.sourceName} source within ${formatMs(common.onceTimeoutMs)}`);
   }
-  if (status === 130) return 130;
+  if (interrupted) return 130;
   if (stdoutFailed) return 1;
   if (stopping || stdoutClosed) return 0;
   return status;
+}
+
+/**
+ * Resolves once the event loop has polled again: a signal already pending is
+ * handled by then. Two turns: called from an I/O callback (a fixture read),
+ * the first immediate runs before the loop polls again.
+ */
+function afterPendingSignals(): Promise<void> {
+  return new Promise((resolve) => setImmediate(() => setImmediate(resolve)));
 }
 
 function formatMs(ms: number): string {

@@ -26,6 +26,14 @@ t.test("durations as Go's time.ParseDuration reads them, in milliseconds", async
   }
 });
 
+t.test('parseDuration: nothing longer than the longest timer (2^31-1 ms)', async (t) => {
+  t.equal(parseDuration('--timeout', '596h'), 596 * 3600 * 1000);
+  t.equal(parseDuration('--timeout', '2147483647ms'), 2 ** 31 - 1);
+  for (const long of ['597h', '1000h', '2147483648ms', '10000000h']) {
+    t.throws(() => parseDuration('--resync-period', long), { code: 'usage', message: `--resync-period ${JSON.stringify(long)}: expected a duration of at most 596h (2147483647ms, the longest timer)` }, long);
+  }
+});
+
 t.test('sizes in bytes, SI and binary units', async (t) => {
   const cases: Array<[string, number]> = [
     ['4194304', 4194304],

@@ -62,7 +62,13 @@ export function createReplaySource(options: ReplayOptions): Source {
     // Read everything first: a bad fixture fails before any run.
     const states: State[] = [];
     for (const s of slots) {
-      states.push(await loadSlot(s, opts));
+      try {
+        states.push(await loadSlot(s, opts, signal));
+      } catch (err) {
+        // Stopped while reading (stdin that stays open): nothing to run.
+        if (signal.aborted) return;
+        throw err;
+      }
       if (opts.once) break;
     }
     for (const st of states) {

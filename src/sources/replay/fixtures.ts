@@ -79,17 +79,28 @@ export async function expandPaths(paths: readonly string[], tolerant: boolean, l
   return out;
 }
 
-async function readStream(s: NodeJS.ReadableStream): Promise<Buffer> {
+/** Reads `s` to its end; an abort (a stop signal while stdin stays open) ends the read at once, by destroying `s`. */
+async function readStream(s: NodeJS.ReadableStream, signal: AbortSignal | undefined): Promise<Buffer> {
   const chunks: Buffer[] = [];
-  for await (const c of s) chunks.push(typeof c === 'string' ? Buffer.from(c) : (c as Buffer));
+  const stop = (): void => void (s as NodeJS.ReadableStream & { destroy?: () => void }).destroy?.();
+  signal?.addEventListener('abort', stop, { once: true });
+  try {
+    for await (const c of s) chunks.push(typeof c === 'string' ? Buffer.from(c) : (c as Buffer));
+  } finally {
+    signal?.removeEventListener('abort', stop);
+  }
   return Buffer.concat(chunks);
 }
 
-/** A fixture's bytes (`-` from `stdin`); throws CalloutError('input') `name: reason` when it cannot be read. */
-export async function readSlot(slot: Slot, stdin: NodeJS.ReadableStream = process.stdin): Promise<Buffer> {
+/**
+ * A fixture's bytes (`-` from `stdin`); throws CalloutError('input') `name:
+ * reason` when it cannot be read, and `signal`'s reason once it is aborted.
+ */
+export async function readSlot(slot: Slot, stdin: NodeJS.ReadableStream = process.stdin, signal?: AbortSignal): Promise<Buffer> {
   try {
-    return slot.abs === '' ? await readStream(stdin) : await readFile(slot.abs);
+    return slot.abs === '' ? await readStream(stdin, signal) : await readFile(slot.abs, { signal });
   } catch (err) {
+    if (signal?.aborted) throw signal.reason;
     throw new CalloutError('input', `${slot.name}: ${errnoText(err)}`, { cause: err });
   }
 }
@@ -104,12 +115,12 @@ export function parseSlot(slot: Slot, data: Buffer, opts: FixtureOptions & { log
  * are read and decoded in a frame of their own, so that they can be
  * collected while the text is parsed: 60 MB less at the peak for a 60 MB dump.
  */
-export async function loadSlot(slot: Slot, opts: FixtureOptions & { logger: Logger; stdin?: NodeJS.ReadableStream | undefined }): Promise<State> {
-  return stateOf(slot, await readSlotText(slot, opts.stdin), opts);
+export async function loadSlot(slot: Slot, opts: FixtureOptions & { logger: Logger; stdin?: NodeJS.ReadableStream | undefined }, signal?: AbortSignal): Promise<State> {
+  return stateOf(slot, await readSlotText(slot, opts.stdin, signal), opts);
 }
 
-async function readSlotText(slot: Slot, stdin: NodeJS.ReadableStream | undefined): Promise<string> {
-  return fixtureText(await readSlot(slot, stdin), slot.name);
+async function readSlotText(slot: Slot, stdin: NodeJS.ReadableStream | undefined, signal: AbortSignal | undefined): Promise<string> {
+  return fixtureText(await readSlot(slot, stdin, signal), slot.name);
 }
 
 function stateOf(slot: Slot, text: string, opts: FixtureOptions & { logger: Logger }): State {

@@ -1,0 +1,111 @@
+/**
+ * The bins at the edges of pipes and signals, as shells use them: stderr
+ * whose reader left (`2>&1 >file | true`) or a full disk (`2>/dev/full`,
+ * `>/dev/full`), `replay -` from a stdin that stays open, a second SIGINT, a
+ * stop signal while the last output drains into a reader that stalls, and a
+ * stop signal that arrives during a big fixture's load. Real processes and
+ * pipes; waits on output markers and exits, never on fixed sleeps.
+ */
+import { spawn } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import t from 'tap';
+import { binArgv, runBin } from '../helpers/bin-process.js';
+import { shScript, tempDir } from '../helpers/files.js';
+import { blogJsonl, blogJsonlPath } from '../helpers/fixtures.js';
+import { within } from '../helpers/wait.js';
+
+const dir = tempDir(t, 'kpng-e2e-pipes-');
+
+/** A fixture of `n` Services (about 700 bytes each). */
+function bigFixture(n: number): string {
+  const p = join(dir, `big-${n}.jsonl`);
+  let s = '';
+  for (let i = 0; i < n; i++) s += blogJsonl.replaceAll('kpng-example', `svc-${String(i).padStart(5, '0')}`);
+  writeFileSync(p, s);
+  return p;
+}
+
+/** `sh -c SCRIPT` with $BIN_JSON / $BIN_CALLOUT set to the bins' argv (as shell words); its status and stderr. */
+function sh(script: string): Promise<{ code: number | null; stderr: string }> {
+  const q = (argv: string[]): string => argv.map((a) => `'${a.replaceAll("'", `'\\''`)}'`).join(' ');
+  const full = `BIN_JSON="${q(binArgv('kpng-json', []))}"; BIN_CALLOUT="${q(binArgv('kpng-callout', []))}"; ${script}`;
+  return new Promise((resolve, reject) => {
+    const p = spawn('/bin/sh', ['-c', full], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    p.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+    p.once('error', reject);
+    p.once('close', (code) => resolve({ code, stderr }));
+  });
+}
+
+t.test("stderr's reader gone or a full disk: log lines are dropped, the output is all there, exit 0", async (t) => {
+  const expected = readFileSync(blogJsonlPath, 'utf8');
+  const out = join(dir, 'out.jsonl');
+  const piped = await within(sh(`eval "$BIN_JSON replay ${blogJsonlPath}" 2>&1 >${out} | true; echo "status=\${?}" >&2; exit 0`), 'kpng-json');
+  t.equal(readFileSync(out, 'utf8'), expected, '2>&1 >FILE | true: the state written');
+  t.notMatch(piped.stderr, /throw|\n\s+at /, 'no crash');
+  const status = await within(sh(`eval "$BIN_JSON replay ${blogJsonlPath}" 2>/dev/full >${out}; echo "status=$?" >&2`), 'kpng-json');
+  t.match(status.stderr, /status=0/, '2>/dev/full: exit 0');
+  t.equal(readFileSync(out, 'utf8'), expected);
+  const callout = await within(sh(`eval "$BIN_CALLOUT replay --callout /bin/cat ${blogJsonlPath}" 2>/dev/full >${out}; echo "status=$?" >&2`), 'kpng-callout');
+  t.match(callout.stderr, /status=0/, 'kpng-callout too');
+  t.equal(readFileSync(out, 'utf8'), expected);
+});
+
+t.test('stdout on a full disk: exit 1 naming the error, never a silent 0', async (t) => {
+  const r = await within(sh(`eval "$BIN_JSON replay ${blogJsonlPath}" >/dev/full; echo "status=$?" >&2`), 'kpng-json');
+  t.match(r.stderr, /stdout: .*ENOSPC|stdout: no space/i);
+  t.match(r.stderr, /status=1/);
+});
+
+t.test('replay - from a stdin that stays open: SIGTERM stops it at once, exit 0', async (t) => {
+  const [file, ...args] = binArgv('kpng-json', ['replay', '-']);
+  const p = spawn(file, args, { stdio: ['pipe', 'ignore', 'pipe'] });
+  t.teardown(() => void p.kill('SIGKILL'));
+  let stderr = '';
+  p.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+  p.stdin.write(blogJsonl.slice(0, 40));
+  await within(
+    new Promise<void>((resolve) => {
+      const check = (): void => void (/starting/.test(stderr) ? resolve() : setTimeout(check, 20));
+      check();
+    }),
+    'the startup line',
+  );
+  const exited = new Promise<number | null>((resolve) => p.once('exit', (code) => resolve(code)));
+  p.kill('SIGTERM');
+  t.equal(await within(exited, 'exit after SIGTERM, stdin still open', 5000), 0);
+  p.stdin.destroy();
+});
+
+t.test('a second SIGINT in replay: the callout killed, exit 130', async (t) => {
+  const cb = shScript(dir, 'slow', 'cat >/dev/null; echo started >&2; exec sleep 1000\n');
+  const p = runBin(t, 'kpng-callout', ['replay', '--callout', cb, blogJsonlPath]);
+  await p.line('stderr', /\[run 1\] started/);
+  p.proc.kill('SIGINT');
+  await p.line('stderr', /SIGINT: stopping/);
+  p.proc.kill('SIGINT');
+  t.equal(await p.exited(), 130);
+});
+
+t.test('a stop signal while the last output drains into a reader that stalls: exit 0 soon, not killed by it', async (t) => {
+  const big = bigFixture(20_000);
+  const [file, ...args] = binArgv('kpng-json', ['replay', '-vv', big]);
+  // Its stdout is a pipe nobody reads: the output cannot drain.
+  const p = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  t.teardown(() => void p.kill('SIGKILL'));
+  p.stdout.pause();
+  let stderr = '';
+  p.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+  await within(
+    new Promise<void>((resolve) => {
+      const check = (): void => void (/state received/.test(stderr) ? resolve() : setTimeout(check, 20));
+      check();
+    }),
+    'the state loaded',
+  );
+  const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolve) => p.once('exit', (code, sig) => resolve([code, sig])));
+  p.kill('SIGTERM');
+  t.same(await within(exited, 'exit after SIGTERM', 8000), [0, null]);
+});
