@@ -225,8 +225,9 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
     const rn = runner;
     if (mode !== 'live' || common.once) {
       let failed = false;
-      // With --changes a state equal to the last applied one has an empty change set: no run.
-      const how: RunNowOptions = { skipIdentical: common.changes, retry: mode === 'watch' };
+      // With --changes a state equal to the last applied one has an empty change set: no run. Under
+      // --watch (a daemon) such a state is skipped too, as the kpng and kube sources skip it.
+      const how: RunNowOptions = { skipIdentical: common.changes || mode === 'watch', retry: mode === 'watch' };
       deliver = (state, options) => {
         if (stopping || stdoutClosed) return;
         // Kept so the exit status is known even when the source does not await. A stop signal that came

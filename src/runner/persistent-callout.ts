@@ -203,10 +203,10 @@ export class PersistentCallout implements Callout {
         r.message = `callout frame ${seq} (run ${run}) stopped (${how})`;
       } else if (end.gone === 'timeout') {
         r.result = 'timeout';
-        r.message = `callout frame ${seq} (run ${run}) not acknowledged within ${this.timeoutMs}ms: its process group was killed; restarting it`;
+        r.message = `callout frame ${seq} (run ${run}) not acknowledged within ${this.timeoutMs}ms: its process group was killed; any next frame goes to a new process`;
       } else {
         if (status.signal !== null) r.result = 'signal';
-        r.message = `persistent callout ${end.gone === 'fd3' ? 'closed fd 3' : 'exited'} (${how}) before acknowledging frame ${seq} (run ${run}); restarting it`;
+        r.message = `persistent callout ${end.gone === 'fd3' ? 'closed fd 3' : 'exited'} (${how}) before acknowledging frame ${seq} (run ${run}); any next frame goes to a new process`;
       }
       return r;
     })();

@@ -4,7 +4,7 @@
  * lines (markers), never on fixed sleeps.
  */
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { runBin, type BinProcess } from '../helpers/bin-process.js';
@@ -109,6 +109,23 @@ t.test('--watch: re-runs on a fixture edit and on a callout edit; a broken fixtu
   await w.line('stdout', /^C four$/, 'fixed fixture runs');
   t.same(w.stdout, ['A one', 'A two', 'B two', 'C two', 'C four']);
   t.same(w.stderr.filter((l) => / error: /.test(l)), [err], 'one error line');
+  w.proc.kill('SIGTERM');
+  t.equal(await w.exited('exit on SIGTERM'), 0);
+});
+
+t.test('--watch: a fixture renamed in its directory (the same state again) runs nothing', async (t) => {
+  const dir = tmp(t);
+  const fx = join(dir, 'fixtures');
+  mkdirSync(fx);
+  writeFileSync(join(fx, '10-a.jsonl'), stateLine('one'));
+  shScript(dir, 'callout.sh', `echo "run $KPNG_CALLOUT_RUN $(${serviceName})"\n`);
+  const w = runBin(t, 'kpng-callout', ['replay', '--watch', '--debounce', '10ms', '--callout', './callout.sh', 'fixtures'], { cwd: dir });
+  await w.line('stdout', /^run 1 one$/);
+  await w.line('stderr', /watching fixtures/);
+  renameSync(join(fx, '10-a.jsonl'), join(fx, '20-a.jsonl'));
+  writeFileSync(join(fx, '30-b.jsonl'), stateLine('two'));
+  await w.line('stdout', /^run \d+ two$/, 'the run of the new state');
+  t.same(w.stdout, ['run 1 one', 'run 2 two'], 'the renamed fixture ran nothing (its state was the one applied)');
   w.proc.kill('SIGTERM');
   t.equal(await w.exited('exit on SIGTERM'), 0);
 });

@@ -6,9 +6,16 @@
  * fails to parse is reported once (file:line:col: reason) and its last good
  * state stays in force; a callout change pushes the last state again. Runs
  * until the signal aborts.
+ *
+ * A file may be seen while it is being written (a program writing in steps,
+ * an editor truncating then writing): a changed fixture that looks cut short
+ * (empty, or its last line not ended; a cut JSON document fails to parse
+ * instead) is read again once it has been still for SETTLE_QUIET_MS, and so
+ * is a changed callout that looks cut short (an empty one is never run).
  */
-import { readFile } from 'node:fs/promises';
-import { resolve } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
+import { readFile, stat } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
 import { debounceDue } from '../../debounce.js';
 import { DEFAULTS } from '../../defaults.js';
 import { CalloutError } from '../../errors.js';
@@ -38,11 +45,40 @@ export interface WatchOptions extends FixtureOptions {
   logger: Logger;
 }
 
-/** Per fixture: the content last read, its state when it parsed, the error reported for it. */
+/** Per fixture: the content last read, its state when it parsed, the error reported for it, whether its absence was told. */
 interface FixtureRecord {
   data?: Buffer | undefined;
   good?: State | undefined;
   error?: string | undefined;
+  goneTold?: boolean;
+}
+
+/** How long a file that may still be written must stay unchanged (size, times) before it is read. */
+const SETTLE_QUIET_MS = 500;
+const SETTLE_POLL_MS = 50;
+/** A file written without a pause for this long is read as it is. */
+const SETTLE_MAX_MS = 5000;
+
+/** A fixture's content that may be the start of a longer one: empty, or its last line not ended (a JSON document that is cut does not parse). */
+function looksCut(name: string, data: Buffer): boolean {
+  if (data.length === 0) return true;
+  return data[data.length - 1] !== 0x0a && !name.toLowerCase().endsWith('.json');
+}
+
+/** Resolves once `abs` has not changed (size, modification and change times) for SETTLE_QUIET_MS, or is gone. */
+async function stillFor(abs: string, signal: AbortSignal): Promise<void> {
+  const sig = (): Promise<string> => stat(abs).then((st) => `${st.size}:${st.mtimeMs}:${st.ctimeMs}:${st.ino}`, () => 'gone');
+  const start = Date.now();
+  let last = await sig();
+  let quietSince = Date.now();
+  while (!signal.aborted && Date.now() - quietSince < SETTLE_QUIET_MS && Date.now() - start < SETTLE_MAX_MS) {
+    await delay(SETTLE_POLL_MS);
+    const now = await sig();
+    if (now !== last) {
+      last = now;
+      quietSince = Date.now();
+    }
+  }
 }
 
 /** Runs replay --watch until `signal` aborts. */
@@ -93,21 +129,28 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
     last = st;
     await sink.push(st);
   };
-  /** Reads a fixture; its state when it changed and parses, else undefined (errors reported once per content). */
-  const reload = async (slot: Slot): Promise<State | undefined> => {
+  /** Reads a fixture (`settle`: once still, when it looks cut short); its state when it changed and parses, else undefined (errors reported once per content). */
+  const reload = async (slot: Slot, settle = false): Promise<State | undefined> => {
     const f = files.get(slot.abs) ?? {};
     files.set(slot.abs, f);
     let data: Buffer;
     try {
       data = await readSlot(slot, options.stdin);
+      if (settle && slot.abs !== '' && looksCut(slot.name, data) && !f.data?.equals(data)) {
+        log.debug(`${slot.name}: may still be being written: reading it once it is still`);
+        await stillFor(slot.abs, signal);
+        data = await readSlot(slot, options.stdin);
+      }
     } catch (err) {
       if (!(err instanceof CalloutError)) throw err;
-      if (f.data !== undefined || f.good) log.info(`${slot.name}: gone; keeping its last good state until it comes back`);
-      else if (f.error !== err.message) log.error(err.message);
+      if ((f.data !== undefined || f.good) && !f.goneTold) log.info(`${slot.name}: gone; keeping its last good state until it comes back`);
+      else if (f.error !== err.message && !f.goneTold) log.error(err.message);
+      f.goneTold = f.data !== undefined || f.good !== undefined || f.goneTold === true;
       f.error = err.message;
       f.data = undefined;
       return undefined;
     }
+    f.goneTold = false;
     if (f.data?.equals(data)) return undefined; // touched, not changed
     f.data = data;
     let st: State;
@@ -140,6 +183,7 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
       await push(st);
     }
     const watched = [...watchedPaths, ...(options.watchExtra ?? [])];
+    if (signal.aborted) return;
     log.info(`watching ${watched.join(', ')} for changes${polling ? ` (polling every ${pollMs} ms)` : ''}`);
 
     const aborted = new Promise<void>((res) => signal.addEventListener('abort', () => res(), { once: true }));
@@ -154,16 +198,23 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
       let calloutChanged: string | undefined;
       for (const [abs, before] of extra) {
         if (!changed.has(abs)) continue;
-        const now = await readFile(abs).catch(() => undefined);
-        if (now && !(before && before.equals(now))) calloutChanged = extraNames.get(abs);
-        if (now) extra.set(abs, now);
+        // A program may be rewritten in place: one that looks cut short is read once still; an empty one is
+        // not run (its content follows).
+        let now = await readFile(abs).catch(() => undefined);
+        if (now && (now.length === 0 || now[now.length - 1] !== 0x0a) && !before?.equals(now)) {
+          await stillFor(abs, signal);
+          now = await readFile(abs).catch(() => undefined);
+        }
+        if (now && now.length > 0 && !(before && before.equals(now))) calloutChanged = extraNames.get(abs);
+        if (now && now.length > 0) extra.set(abs, now);
       }
       let pushed = false;
       // Changed fixtures in sequence order (a directory may have gained files).
       for (const slot of await expandPaths(options.paths, true, log)) {
         if (signal.aborted) return;
-        if (!changed.has(slot.abs)) continue;
-        const st = await reload(slot);
+        // A directory argument reported as a whole (it appeared, or was made again): each of its fixtures.
+        if (!changed.has(slot.abs) && !changed.has(dirname(slot.abs))) continue;
+        const st = await reload(slot, true);
         if (!st) continue;
         log.info(`${slot.name}: changed, running`);
         warnIfEmpty(st, log);

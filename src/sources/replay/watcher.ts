@@ -15,9 +15,17 @@
  * watch on the file itself stays for a symlink's target. With polling a file
  * is polled by path (fs.watchFile: one stat per interval), which sees a
  * rename, a deletion and a return alike.
+ *
+ * Events come from the directories and files as they were when watched: a
+ * directory that did not exist yet, one renamed away and made again, a
+ * symlink pointed at another file, leave those watches deaf. So every
+ * REWATCH_CHECK_MS the watched paths are looked up again (one stat or
+ * realpath each); when one is no longer what is watched, every watch is set
+ * up again and every path reported as possibly changed (a directory argument
+ * as its own path: all its fixtures).
  */
 import { watch as fsWatch, unwatchFile, watchFile, type FSWatcher as DirWatcher, type StatsListener } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { realpath, stat } from 'node:fs/promises';
 import { basename, dirname, join, resolve, sep } from 'node:path';
 import { watch, type FSWatcher } from 'chokidar';
 import type { Logger } from '../../log.js';
@@ -30,6 +38,8 @@ import { errnoText } from './fixtures.js';
  * looking again, past that window.
  */
 const RECHECK_MS = 120;
+/** How often the watched directories and symlinks are looked up again (see the module comment). */
+const REWATCH_CHECK_MS = 1000;
 
 /** Options of `watchFiles`. */
 export interface WatchFilesOptions {
@@ -60,8 +70,62 @@ interface WatchedDir {
   names: Set<string>;
 }
 
-/** Starts watching. */
+/**
+ * What the watches are attached to: per path watched (directory, file given,
+ * symlink), its inode or its target. A difference later means the watches
+ * follow something else than the paths now name.
+ */
+async function identity(paths: readonly string[]): Promise<string> {
+  const one = async (abs: string): Promise<string> => {
+    const st = await stat(abs).catch(() => undefined);
+    const target = await realpath(abs).catch(() => '');
+    return st ? `${st.dev}:${st.ino}:${st.isDirectory() ? 'd' : 'f'}:${target}` : 'missing';
+  };
+  return (await Promise.all(paths.map(one))).join('\n');
+}
+
+/** Starts watching; see the module comment. */
 export async function watchFiles(opts: WatchFilesOptions): Promise<FileWatcher> {
+  if (opts.usePolling) return watchOnce(opts);
+  // What decides the watches: each path given, its directory, and the callout's directory.
+  const looked = [...new Set([...opts.paths, ...opts.extra].flatMap((p) => [resolve(p), dirname(resolve(p))]))];
+  let current = await watchOnce(opts);
+  let seen = await identity(looked);
+  let closed = false;
+  let checking = false;
+  const timer = setInterval(() => {
+    if (checking || closed) return;
+    checking = true;
+    void (async () => {
+      try {
+        const now = await identity(looked);
+        if (now === seen || closed) return;
+        seen = now;
+        opts.log.debug('watch: a watched path now names another file or directory: watching again');
+        const old = current;
+        current = await watchOnce(opts);
+        await old.close();
+        await current.ready;
+        // Whatever happened meanwhile: every path may have changed (a directory argument stands for its fixtures).
+        for (const p of [...opts.paths, ...opts.extra]) opts.onChange(resolve(p));
+      } finally {
+        checking = false;
+      }
+    })();
+  }, REWATCH_CHECK_MS);
+  timer.unref();
+  return {
+    ready: current.ready,
+    async close() {
+      closed = true;
+      clearInterval(timer);
+      await current.close();
+    },
+  };
+}
+
+/** The watches of the paths as they are now. */
+async function watchOnce(opts: WatchFilesOptions): Promise<FileWatcher> {
   const { log } = opts;
   const extra = new Set(opts.extra);
   // What each directory holds for us: a directory argument, its fixture files; the directory of a
@@ -86,11 +150,13 @@ export async function watchFiles(opts: WatchFilesOptions): Promise<FileWatcher> 
   };
 
   const rechecks = new Map<string, NodeJS.Timeout>();
+  let closed = false;
   const onEvent = (event: string, path: string): void => {
     const abs = resolve(path);
     if (!wanted(abs)) return;
     log.debug(`watch: ${event} ${path}`);
     if (extra.has(abs) && event === 'unlink') return; // deleted, or an editor replacing it: an 'add' follows when it is back
+    if (closed) return;
     // A save that chokidar's throttle dropped is seen by looking again.
     clearTimeout(rechecks.get(abs));
     rechecks.set(
@@ -161,6 +227,7 @@ export async function watchFiles(opts: WatchFilesOptions): Promise<FileWatcher> 
   return {
     ready: watcher ? new Promise<void>((res) => watcher.once('ready', () => res())) : Promise.resolve(),
     async close() {
+      closed = true;
       for (const t of rechecks.values()) clearTimeout(t);
       rechecks.clear();
       for (const w of dirWatchers) w.close();

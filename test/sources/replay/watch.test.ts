@@ -3,7 +3,7 @@
  * a broken fixture keeps the last good state, new files and the callout
  * re-run; editors' atomic saves, deletions and polling.
  */
-import { mkdirSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import t, { type Test } from 'tap';
@@ -169,6 +169,101 @@ t.test('--watch with polling (network file systems): edits, atomic saves, the ca
   await log.waitFor(/s\.jsonl: gone; keeping its last good state/);
   writeFileSync(fx, stateLine('back'));
   t.equal(await s.waitFor(n + 3), stateLine('back'), 'a fixture deleted, then recreated');
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
+
+t.test('--watch: a fixture seen while it is written in steps is run once, whole; an empty one in between is never run', async (t) => {
+  const dir = tempDir(t, 'replay-test-');
+  const fx = join(dir, 's.yaml');
+  const version = (n: number): string => blogYaml.replaceAll('10.0.0.55', `10.0.0.${n}`);
+  const expected = (n: number): string => blogJsonl.replaceAll('10.0.0.55', `10.0.0.${n}`);
+  writeFileSync(fx, version(1));
+  const log = captureLog();
+  const s = gatedSink(true);
+  const ac = new AbortController();
+  const done = runWatch(opts([fx], { debounceMs: 20, logger: log.logger }), s.sink, ac.signal);
+  t.teardown(() => ac.abort());
+  await s.waitFor(1);
+  await log.waitFor(/watching .* for changes/);
+  // A program writing the new content in two steps, with a pause longer than the debounce: cut mid-line.
+  const v2 = version(2);
+  const cut = v2.indexOf('\n', v2.length / 2) - 3;
+  writeFileSync(fx, v2.slice(0, cut));
+  await sleep(250);
+  writeFileSync(fx, v2);
+  t.equal(await s.waitFor(2), expected(2), 'the whole new content');
+  // Truncated, then written after a pause (vim's backupcopy=yes, a slow writer).
+  const v3 = version(3);
+  writeFileSync(fx, '');
+  await sleep(250);
+  writeFileSync(fx, v3);
+  t.equal(await s.waitFor(3), expected(3));
+  await sleep(100);
+  t.equal(s.texts.length, 3, 'nothing else ran: no cut state, no empty state');
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
+
+t.test('--watch: paths that appear later, a directory made again, a symlink pointed elsewhere', async (t) => {
+  const dir = tempDir(t, 'replay-test-');
+  const later = join(dir, 'later', 's.jsonl');
+  const states = join(dir, 'states');
+  const sub = join(dir, 'sub');
+  mkdirSync(sub);
+  writeFileSync(join(sub, 'f.jsonl'), stateLine('sub1'));
+  writeFileSync(join(dir, 't1.jsonl'), stateLine('t1'));
+  writeFileSync(join(dir, 't2.jsonl'), stateLine('t2'));
+  const link = join(dir, 'link.jsonl');
+  symlinkSync(join(dir, 't1.jsonl'), link);
+  const log = captureLog();
+  const s = gatedSink(true);
+  const ac = new AbortController();
+  const done = runWatch(opts([later, states, join(sub, 'f.jsonl'), link], { debounceMs: 20, logger: log.logger }), s.sink, ac.signal);
+  t.teardown(() => ac.abort());
+  t.equal(await s.waitFor(1), stateLine('sub1'));
+  t.equal(await s.waitFor(2), stateLine('t1'));
+  await log.waitFor(/watching .* for changes/);
+
+  mkdirSync(join(dir, 'later'));
+  writeFileSync(later, stateLine('later'));
+  t.equal(await s.waitFor(3), stateLine('later'), 'a file whose directory did not exist');
+  mkdirSync(states);
+  writeFileSync(join(states, '10-a.jsonl'), stateLine('states'));
+  t.equal(await s.waitFor(4), stateLine('states'), 'a directory argument that did not exist');
+  writeFileSync(join(states, '20-b.jsonl'), stateLine('states2'));
+  t.equal(await s.waitFor(5), stateLine('states2'), 'and a new file in it');
+
+  renameSync(sub, join(dir, 'sub.old'));
+  mkdirSync(sub);
+  writeFileSync(join(sub, 'f.jsonl'), stateLine('sub2'));
+  t.equal(await s.waitFor(6), stateLine('sub2'), 'a directory renamed away and made again');
+  writeFileSync(join(sub, 'f.jsonl'), stateLine('sub3'));
+  t.equal(await s.waitFor(7), stateLine('sub3'), 'and later edits in it');
+
+  unlinkSync(link);
+  symlinkSync(join(dir, 't2.jsonl'), link);
+  t.equal(await s.waitFor(8), stateLine('t2'), 'a symlink pointed at another file');
+  writeFileSync(join(dir, 't2.jsonl'), stateLine('t2b'));
+  t.equal(await s.waitFor(9), stateLine('t2b'), 'and edits of its new target');
+
+  unlinkSync(later);
+  await log.waitFor(/later\/s\.jsonl: gone/);
+  writeFileSync(join(sub, 'f.jsonl'), stateLine('sub4'));
+  t.equal(await s.waitFor(10), stateLine('sub4'));
+  t.equal(log.matching(/: gone;/).length, 1, 'a deletion is told once');
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
+
+t.test('--watch: a callout truncated, then written after a pause, runs the last state again once', async (t) => {
+  const { callout, s, ac, done } = await watchWithCallout(t);
+  writeFileSync(callout, '');
+  await sleep(250);
+  writeFileSync(callout, '#!/bin/sh\n# new\n');
+  t.equal(await s.waitFor(2), stateLine('x'));
+  await sleep(700);
+  t.equal(s.texts.length, 2, 'one run: not for the empty program');
   ac.abort();
   await within(done, 'the watcher to stop');
 });
