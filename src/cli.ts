@@ -69,12 +69,14 @@ export async function main(tool: Tool, io: CliIO = { argv: process.argv, env: pr
   const out = errorOutput(tool, logFormatOf(io.argv.slice(2)), io.stderr);
   routeWarnings(io, out);
   // Installed for our whole life, so that no stop signal is ever lost or fatal: the pipeline handles
-  // them while it runs (and removes its handlers when done); here, they end the final drain.
+  // them while it runs (its handler is removed only as it returns); before it (start-up) a signal
+  // stops us at once; after it, it ends the final drain.
   let signalled = false;
   let exit: (() => void) | undefined;
-  const onStop = (): void => {
+  const onStop = (sig: NodeJS.Signals): void => {
     signalled = true;
-    exit?.();
+    if (exit) return exit();
+    if (io.proc.listenerCount(sig) <= 1) io.proc.exit(0);
   };
   for (const s of STOP_SIGNALS) io.proc.on(s, onStop);
   let pipeline: Promise<number> | undefined;
@@ -110,5 +112,5 @@ export async function main(tool: Tool, io: CliIO = { argv: process.argv, env: pr
   // Let stdout drain (it may be a pipe) before exiting; a closed one cannot. Stopped: not for long.
   if (io.stdout.writableEnded || io.stdout.destroyed) return exit();
   if (signalled) setTimeout(exit, STOPPED_DRAIN_MS).unref();
-  io.stdout.write('', () => exit?.());
+  io.stdout.write('', exit);
 }

@@ -30,7 +30,7 @@ export function parseDuration(option: string, value: string): number {
 }
 
 /** The longest duration an option takes: Node's longest timer. */
-export const MAX_DURATION_MS = 2 ** 31 - 1;
+const MAX_DURATION_MS = 2 ** 31 - 1;
 
 const sizeUnits: Record<string, number> = { '': 1, b: 1, k: 1000, kb: 1000, ki: 1024, kib: 1024, m: 1e6, mb: 1e6, mi: 1048576, mib: 1048576, g: 1e9, gb: 1e9, gi: 1073741824, gib: 1073741824 };
 

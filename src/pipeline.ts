@@ -277,8 +277,9 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
         await runner.stop();
       }
     }
-    for (const s of STOP_SIGNALS) io.proc.off(s, onSignal);
     for (const s of servers) await s.close();
+    // Last, with nothing awaited after it: the CLI's own handler takes over with no gap (src/cli.ts).
+    for (const s of STOP_SIGNALS) io.proc.off(s, onSignal);
   }
   if (failure !== undefined) {
     if (failure instanceof CalloutError && status !== 0) {

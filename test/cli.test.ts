@@ -168,3 +168,12 @@ t.test("Node's warnings come through our output; the TLS ServerName one (DEP0123
     t.equal(f.stderr.lines().length, 1, `${format}: DEP0123 dropped`);
   }
 });
+
+t.test('a stop signal during start-up, before the pipeline handles signals: exit 0 at once, never lost', async (t) => {
+  const f = fakeIO({ tool: 'kpng-json', args: ['replay', blogJsonlPath] });
+  const done = main('kpng-json', f.io);
+  // main has installed its own handler and is parsing the command line: no pipeline yet.
+  f.proc.emit('SIGTERM', 'SIGTERM');
+  t.equal(await within(f.proc.exited, 'exit on the early SIGTERM'), 0);
+  await within(done, 'main to return');
+});

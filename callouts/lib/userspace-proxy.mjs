@@ -38,20 +38,23 @@
 // skipped; state strings are only ever used as map keys and, JSON-quoted, in
 // log lines. At the end of stdin, or on SIGTERM / SIGINT, the listeners and
 // connections are closed and it exits 0. SIGUSR2 logs a stats line.
-// This module is the proxy and its main; userspace-proxy-state.mjs checks and
-// plans the state and reads frames, -backend.mjs picks endpoints, -common.mjs
-// holds the options and logging.
+// This module is the proxy; userspace-proxy-main.mjs its main (frames in,
+// acks out), userspace-proxy-state.mjs checks and plans the state and reads
+// frames, -address.mjs checks addresses, -backend.mjs picks endpoints,
+// -common.mjs holds the options and logging.
 import dgram from 'node:dgram';
-import { fstatSync, readlinkSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import { Backend, reset } from './userspace-proxy-backend.mjs';
-import { ack, log, readOptions } from './userspace-proxy-common.mjs';
-import { canonicalIP, FrameReader, hp, planListeners, ServiceTable, where } from './userspace-proxy-state.mjs';
+import { log } from './userspace-proxy-common.mjs';
+import { canonicalIP } from './userspace-proxy-address.mjs';
+import { hp, where } from './userspace-proxy-state.mjs';
 // The launcher and the tests import this module only.
 export { Backend } from './userspace-proxy-backend.mjs';
 export { DEFAULTS, readOptions } from './userspace-proxy-common.mjs';
 export * from './userspace-proxy-state.mjs';
+export * from './userspace-proxy-address.mjs';
+export { main } from './userspace-proxy-main.mjs';
 
 /** Datagrams kept per UDP session while its upstream socket connects. */
 const UDP_PENDING_MAX = 64;
@@ -114,6 +117,7 @@ export class UserspaceProxy {
         this.listeners.delete(key);
         l = undefined;
       }
+      if (l && !l.up) l.shared = want.shared === true;
       if (!l) {
         l = { key, proto: want.proto, family: want.family, host: want.host, port: want.port, nodePort: want.nodePort, shared: want.shared === true, label: want.label, backend: b, routes: undefined, handle: undefined, up: false, failed: undefined, sessions: new Map() };
         this.listeners.set(key, l);
@@ -367,68 +371,4 @@ export class UserspaceProxy {
     this.listeners.clear();
     for (const s of this.sockets) s.destroy();
   }
-}
-
-// ---------------------------------------------------------------------------
-// main
-
-export function main() {
-  if (process.env.KPNG_CALLOUT_MODE !== 'persistent') {
-    log('a persistent callout: run it with `kpng-callout --persistent [--changes] --callout …/userspace-proxy` (KPNG_CALLOUT_MODE is not "persistent")');
-    process.exit(1);
-  }
-  try {
-    fstatSync(3);
-    // With fd 3 closed at our start, Node's own event poll takes that number.
-    if (/^anon_inode:/.test(readlinkSync('/proc/self/fd/3'))) throw new Error('not ours');
-  } catch {
-    log('file descriptor 3 (the acks) is not open: run it with `kpng-callout --persistent`');
-    process.exit(1);
-  }
-  let options;
-  try {
-    options = readOptions();
-  } catch (err) {
-    log(err.message);
-    process.exit(1);
-  }
-  const proxy = new UserspaceProxy(options);
-  const table = new ServiceTable((msg) => log(msg));
-  log(`started (pid ${process.pid}, node ${process.version}; max connections ${options.maxConnections}, UDP idle timeout ${options.udpIdleTimeoutMs} ms)`);
-
-  let queue = Promise.resolve();
-  let exiting = false;
-  const exit = (why) => {
-    if (exiting) return;
-    exiting = true;
-    proxy.stop();
-    log(`${why}: listeners closed, exiting`);
-    // stderr is a pipe (synchronous on Linux): every line is out.
-    process.exit(0);
-  };
-  const frames = new FrameReader((header, lines) => {
-    queue = queue.then(async () => {
-      if (exiting) return;
-      const r = table.apply(header, lines);
-      if (!r.ok) {
-        log(`frame not applied: ${r.why}`);
-        ack(`error ${r.why}`);
-        return;
-      }
-      const failed = await proxy.reconcile(planListeners(table.ordered(), (msg) => log(msg), localAddresses()));
-      if (exiting) return;
-      if (failed.length === 0) ack('ok');
-      else ack(`error cannot listen on ${failed.map((f) => `${f.where}: ${f.why}`).join('; ')}`);
-    });
-  });
-  process.stdin.setEncoding('utf8');
-  process.stdin.on('data', (text) => frames.push(text));
-  process.stdin.on('end', () => {
-    if (frames.end()) log('the input ended inside a frame: that frame is ignored');
-    queue = queue.then(() => exit('end of input'));
-  });
-  process.stdin.on('error', (err) => exit(`stdin: ${err.code ?? err.message}`));
-  process.on('SIGTERM', () => exit('SIGTERM'));
-  process.on('SIGINT', () => exit('SIGINT'));
-  process.on('SIGUSR2', () => log(proxy.stats()));
 }

@@ -3,7 +3,7 @@
  * whose reader left (`2>&1 >file | true`) or a full disk (`2>/dev/full`,
  * `>/dev/full`), `replay -` from a stdin that stays open, a second SIGINT, a
  * stop signal while the last output drains into a reader that stalls, and a
- * stop signal that arrives during a big fixture's load. Real processes and
+ * stop signal that arrives while a big fixture loads. Real processes and
  * pipes; waits on output markers and exits, never on fixed sleeps.
  */
 import { spawn } from 'node:child_process';
@@ -108,4 +108,17 @@ t.test('a stop signal while the last output drains into a reader that stalls: ex
   const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolve) => p.once('exit', (code, sig) => resolve([code, sig])));
   p.kill('SIGTERM');
   t.same(await within(exited, 'exit after SIGTERM', 8000), [0, null]);
+});
+
+t.test('a stop signal while a big fixture loads: the callout never runs, exit 0', async (t) => {
+  const big = bigFixture(50_000);
+  const marker = join(dir, 'ran');
+  const cb = shScript(dir, 'mark', `cat >/dev/null; touch ${marker}\n`);
+  const p = runBin(t, 'kpng-callout', ['replay', '--callout', cb, big]);
+  // The startup line comes before the fixture is read (about a second of synchronous parsing here).
+  await p.line('stderr', /starting/);
+  p.proc.kill('SIGTERM');
+  t.equal(await p.exited(), 0);
+  t.throws(() => readFileSync(marker), 'the callout did not run');
+  t.match(p.stderr.join('\n'), /SIGTERM: stopping/, 'the signal was seen');
 });

@@ -81,6 +81,7 @@ export async function expandPaths(paths: readonly string[], tolerant: boolean, l
 
 /** Reads `s` to its end; an abort (a stop signal while stdin stays open) ends the read at once, by destroying `s`. */
 async function readStream(s: NodeJS.ReadableStream, signal: AbortSignal | undefined): Promise<Buffer> {
+  signal?.throwIfAborted();
   const chunks: Buffer[] = [];
   const stop = (): void => void (s as NodeJS.ReadableStream & { destroy?: () => void }).destroy?.();
   signal?.addEventListener('abort', stop, { once: true });

@@ -10,11 +10,13 @@
  * A file may be seen while it is being written (a program writing in steps,
  * an editor truncating then writing): a changed fixture that looks cut short
  * (empty, or its last line not ended; a cut JSON document fails to parse
- * instead) is read again once it has been still for SETTLE_QUIET_MS, and so
- * is a changed callout that looks cut short (an empty one is never run).
+ * instead) is read once it has been still for SETTLE_QUIET_MS, and so is a
+ * changed callout that looks cut short (an empty one is never run); a fixture
+ * that had content and is now empty (truncated, its content to come) is not
+ * run either.
  */
 import { setTimeout as delay } from 'node:timers/promises';
-import { readFile, stat } from 'node:fs/promises';
+import { open, readFile, stat } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { debounceDue } from '../../debounce.js';
 import { DEFAULTS } from '../../defaults.js';
@@ -59,10 +61,22 @@ const SETTLE_POLL_MS = 50;
 /** A file written without a pause for this long is read as it is. */
 const SETTLE_MAX_MS = 5000;
 
-/** A fixture's content that may be the start of a longer one: empty, or its last line not ended (a JSON document that is cut does not parse). */
-function looksCut(name: string, data: Buffer): boolean {
-  if (data.length === 0) return true;
-  return data[data.length - 1] !== 0x0a && !name.toLowerCase().endsWith('.json');
+/**
+ * A fixture file whose content may be the start of a longer one: empty, or
+ * its last line not ended (a JSON document that is cut does not parse).
+ * Reads only its last byte.
+ */
+async function looksCut(slot: Slot): Promise<boolean> {
+  const fh = await open(slot.abs).catch(() => undefined);
+  if (!fh) return false;
+  try {
+    const { size } = await fh.stat();
+    if (size === 0) return true;
+    const { buffer } = await fh.read(Buffer.alloc(1), 0, 1, size - 1);
+    return buffer[0] !== 0x0a && !slot.name.toLowerCase().endsWith('.json');
+  } finally {
+    await fh.close();
+  }
 }
 
 /** Resolves once `abs` has not changed (size, modification and change times) for SETTLE_QUIET_MS, or is gone. */
@@ -129,18 +143,17 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
     last = st;
     await sink.push(st);
   };
-  /** Reads a fixture (`settle`: once still, when it looks cut short); its state when it changed and parses, else undefined (errors reported once per content). */
-  const reload = async (slot: Slot, settle = false): Promise<State | undefined> => {
+  /**
+   * Reads a fixture; its state when it changed and parses, else undefined
+   * (errors reported once per content). `changed`: read after a change, when
+   * a fixture that had content and is now empty is being written (not run).
+   */
+  const reload = async (slot: Slot, changed = false): Promise<State | undefined> => {
     const f = files.get(slot.abs) ?? {};
     files.set(slot.abs, f);
     let data: Buffer;
     try {
       data = await readSlot(slot, options.stdin);
-      if (settle && slot.abs !== '' && looksCut(slot.name, data) && !f.data?.equals(data)) {
-        log.debug(`${slot.name}: may still be being written: reading it once it is still`);
-        await stillFor(slot.abs, signal);
-        data = await readSlot(slot, options.stdin);
-      }
     } catch (err) {
       if (!(err instanceof CalloutError)) throw err;
       if ((f.data !== undefined || f.good) && !f.goneTold) log.info(`${slot.name}: gone; keeping its last good state until it comes back`);
@@ -152,6 +165,12 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
     }
     f.goneTold = false;
     if (f.data?.equals(data)) return undefined; // touched, not changed
+    if (changed && data.length === 0 && f.data !== undefined && f.data.length > 0) {
+      // Truncated and not written yet (`kubectl get … > file` truncates at once, writes at the end).
+      log.info(`${slot.name}: empty; waiting for its content (a file holding only a newline is an empty state)`);
+      f.data = data;
+      return undefined;
+    }
     f.data = data;
     let st: State;
     try {
@@ -209,11 +228,13 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
         if (now && now.length > 0) extra.set(abs, now);
       }
       let pushed = false;
-      // Changed fixtures in sequence order (a directory may have gained files).
-      for (const slot of await expandPaths(options.paths, true, log)) {
+      // Changed fixtures in sequence order (a directory may have gained files); a directory argument
+      // reported as a whole (it appeared, or was made again) stands for each of its fixtures.
+      const slots = (await expandPaths(options.paths, true, log)).filter((slot) => changed.has(slot.abs) || changed.has(dirname(slot.abs)));
+      // Those that may still be being written are read once still, all in one wait.
+      await Promise.all(slots.map(async (slot) => (slot.abs !== '' && (await looksCut(slot)) ? stillFor(slot.abs, signal) : undefined)));
+      for (const slot of slots) {
         if (signal.aborted) return;
-        // A directory argument reported as a whole (it appeared, or was made again): each of its fixtures.
-        if (!changed.has(slot.abs) && !changed.has(dirname(slot.abs))) continue;
         const st = await reload(slot, true);
         if (!st) continue;
         log.info(`${slot.name}: changed, running`);

@@ -76,10 +76,12 @@ interface WatchedDir {
  * follow something else than the paths now name.
  */
 async function identity(paths: readonly string[]): Promise<string> {
+  // A file's own inode is left out: an atomic save gives it a new one, and the watch of its directory sees that.
   const one = async (abs: string): Promise<string> => {
     const st = await stat(abs).catch(() => undefined);
     const target = await realpath(abs).catch(() => '');
-    return st ? `${st.dev}:${st.ino}:${st.isDirectory() ? 'd' : 'f'}:${target}` : 'missing';
+    if (!st) return 'missing';
+    return st.isDirectory() ? `d:${st.dev}:${st.ino}:${target}` : `f:${target}`;
   };
   return (await Promise.all(paths.map(one))).join('\n');
 }
@@ -92,26 +94,25 @@ export async function watchFiles(opts: WatchFilesOptions): Promise<FileWatcher> 
   let current = await watchOnce(opts);
   let seen = await identity(looked);
   let closed = false;
-  let checking = false;
+  /** A check (and maybe a re-arm) in flight: close() waits for it, so that no watch outlives close(). */
+  let checking: Promise<void> | undefined;
+  const check = async (): Promise<void> => {
+    const now = await identity(looked);
+    if (now === seen || closed) return;
+    seen = now;
+    opts.log.debug('watch: a watched path now names another file or directory: watching again');
+    const old = current;
+    current = await watchOnce(opts);
+    await old.close();
+    await current.ready;
+    // Whatever happened meanwhile: every path may have changed (a directory argument stands for its fixtures).
+    if (!closed) for (const p of [...opts.paths, ...opts.extra]) opts.onChange(resolve(p));
+  };
   const timer = setInterval(() => {
     if (checking || closed) return;
-    checking = true;
-    void (async () => {
-      try {
-        const now = await identity(looked);
-        if (now === seen || closed) return;
-        seen = now;
-        opts.log.debug('watch: a watched path now names another file or directory: watching again');
-        const old = current;
-        current = await watchOnce(opts);
-        await old.close();
-        await current.ready;
-        // Whatever happened meanwhile: every path may have changed (a directory argument stands for its fixtures).
-        for (const p of [...opts.paths, ...opts.extra]) opts.onChange(resolve(p));
-      } finally {
-        checking = false;
-      }
-    })();
+    checking = check()
+      .catch((err: unknown) => opts.log.warn(`watch: ${(err as Error).message}`))
+      .finally(() => (checking = undefined));
   }, REWATCH_CHECK_MS);
   timer.unref();
   return {
@@ -119,6 +120,7 @@ export async function watchFiles(opts: WatchFilesOptions): Promise<FileWatcher> 
     async close() {
       closed = true;
       clearInterval(timer);
+      await checking;
       await current.close();
     },
   };

@@ -199,8 +199,13 @@ t.test('--watch: a fixture seen while it is written in steps is run once, whole;
   await sleep(250);
   writeFileSync(fx, v3);
   t.equal(await s.waitFor(3), expected(3));
+  // Truncated, written much later (`kubectl get ... > file`): never the empty state.
+  writeFileSync(fx, '');
+  await log.waitFor(/s\.yaml: empty; waiting for its content/);
+  writeFileSync(fx, version(4));
+  t.equal(await s.waitFor(4), expected(4));
   await sleep(100);
-  t.equal(s.texts.length, 3, 'nothing else ran: no cut state, no empty state');
+  t.equal(s.texts.length, 4, 'nothing else ran: no cut state, no empty state');
   ac.abort();
   await within(done, 'the watcher to stop');
 });

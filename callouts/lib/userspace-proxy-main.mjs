@@ -1,0 +1,74 @@
+// userspace-proxy: its main: checks that it runs as a persistent callout,
+// reads frames from stdin, applies each to the proxy and acknowledges it on
+// fd 3; ends at EOF, SIGTERM or SIGINT. See userspace-proxy.mjs.
+import { fstatSync, readlinkSync } from 'node:fs';
+import { ack, log, readOptions } from './userspace-proxy-common.mjs';
+import { localAddresses, UserspaceProxy } from './userspace-proxy.mjs';
+import { FrameReader, planListeners, ServiceTable } from './userspace-proxy-state.mjs';
+
+export function main() {
+  if (process.env.KPNG_CALLOUT_MODE !== 'persistent') {
+    log('a persistent callout: run it with `kpng-callout --persistent [--changes] --callout …/userspace-proxy` (KPNG_CALLOUT_MODE is not "persistent")');
+    process.exit(1);
+  }
+  try {
+    fstatSync(3);
+    // With fd 3 closed at our start, Node's own event poll takes that number (seen where /proc is).
+    let link = '';
+    try {
+      link = readlinkSync('/proc/self/fd/3');
+    } catch {
+      // no /proc: fstat is all we can tell
+    }
+    if (/^anon_inode:/.test(link)) throw new Error('not ours');
+  } catch {
+    log('file descriptor 3 (the acks) is not open: run it with `kpng-callout --persistent`');
+    process.exit(1);
+  }
+  let options;
+  try {
+    options = readOptions();
+  } catch (err) {
+    log(err.message);
+    process.exit(1);
+  }
+  const proxy = new UserspaceProxy(options);
+  const table = new ServiceTable((msg) => log(msg));
+  log(`started (pid ${process.pid}, node ${process.version}; max connections ${options.maxConnections}, UDP idle timeout ${options.udpIdleTimeoutMs} ms)`);
+
+  let queue = Promise.resolve();
+  let exiting = false;
+  const exit = (why) => {
+    if (exiting) return;
+    exiting = true;
+    proxy.stop();
+    log(`${why}: listeners closed, exiting`);
+    // stderr is a pipe (synchronous on Linux): every line is out.
+    process.exit(0);
+  };
+  const frames = new FrameReader((header, lines) => {
+    queue = queue.then(async () => {
+      if (exiting) return;
+      const r = table.apply(header, lines);
+      if (!r.ok) {
+        log(`frame not applied: ${r.why}`);
+        ack(`error ${r.why}`);
+        return;
+      }
+      const failed = await proxy.reconcile(planListeners(table.ordered(), (msg) => log(msg), localAddresses()));
+      if (exiting) return;
+      if (failed.length === 0) ack('ok');
+      else ack(`error cannot listen on ${failed.map((f) => `${f.where}: ${f.why}`).join('; ')}`);
+    });
+  });
+  process.stdin.setEncoding('utf8');
+  process.stdin.on('data', (text) => frames.push(text));
+  process.stdin.on('end', () => {
+    if (frames.end()) log('the input ended inside a frame: that frame is ignored');
+    queue = queue.then(() => exit('end of input'));
+  });
+  process.stdin.on('error', (err) => exit(`stdin: ${err.code ?? err.message}`));
+  process.on('SIGTERM', () => exit('SIGTERM'));
+  process.on('SIGINT', () => exit('SIGINT'));
+  process.on('SIGUSR2', () => log(proxy.stats()));
+}
