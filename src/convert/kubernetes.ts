@@ -82,7 +82,7 @@ export function convertObjects(objects: readonly unknown[], opts: ConvertOptions
       }
       const { namespace, name } = objectKey(o);
       if (k === 'Node') {
-        if (opts.nodeZone === undefined && name === opts.nodeName) nodeZone = labelsOf(o as KubeNode)?.[LABEL_ZONE] ?? '';
+        if (opts.nodeZone === undefined && name === opts.nodeName) nodeZone = labelsOf(o as KubeNode)?.[LABEL_ZONE];
       } else if (k === 'Service') {
         const svc = o as KubeService;
         const model = convertService(svc, opts); // checks it even when not selected

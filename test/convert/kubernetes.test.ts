@@ -112,3 +112,24 @@ t.test('golden: the realistic fixtures, seen from a node', async (t) => {
     t.equal(stateText(parseFixture(yaml, `${fixture}.yaml`, { nodeName: node })), want, `${fixture} on ${node}`);
   }
 });
+
+t.test('a Node without a zone label has no zone: endpoints hinted for any zone, "" included, are not sent (as the kube source)', async (t) => {
+  const objs = `${svcYaml()}---
+apiVersion: v1
+kind: Node
+metadata: {name: node-a, labels: {kubernetes.io/hostname: node-a}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: default, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+endpoints:
+- {addresses: [192.0.2.10], hints: {forZones: [{name: ""}]}}
+- {addresses: [192.0.2.11], hints: {forZones: [{}]}}
+- {addresses: [192.0.2.12]}
+ports: [{name: http, port: 8080, protocol: TCP}]
+`;
+  const out = convert(objs);
+  t.match(out, /192\.0\.2\.12/);
+  t.notMatch(out, /192\.0\.2\.1[01]"/, 'the hinted ones are left out');
+});

@@ -51,6 +51,8 @@ export class KubeApiServer {
   endWatchesAtOnce = false;
   /** When set, every watch gets an ERROR 410 at once, whatever its resourceVersion (a server whose history is always compacted). */
   expireWatchesAtOnce = false;
+  /** When set, every watch is answered with this HTTP status (504 Too large resource version: a server restarted with a shorter history). */
+  refuseWatches: { code: number; reason: string; message: string } | undefined;
   /** When set, list bodies are gzip-compressed for clients that accept it. */
   gzipLists = false;
   /** Connections accepted so far (keep-alive shows as fewer connections than requests). */
@@ -335,6 +337,11 @@ export class KubeApiServer {
       return;
     }
     const from = query.resourceVersion ? Number(query.resourceVersion) : undefined;
+    if (this.refuseWatches) {
+      const { code, reason, message } = this.refuseWatches;
+      reply(code, status(code, reason, message));
+      return;
+    }
     if ((from !== undefined && from < this.store.compactedRv) || this.expireWatchesAtOnce) {
       if (this.expiredAsHttpStatus) {
         reply(410, status(410, 'Expired', `too old resource version: ${from} (${this.store.compactedRv})`));

@@ -97,6 +97,8 @@ class BuiltInCredentials implements Credentials {
         if (opts.key) tls.key = opts.key;
       } else if (this.fileUser) {
         await this.file.applyAuthentication(this.fileUser, opts);
+        // A hand-written token file ends with a newline: client-go trims it, the library does not.
+        if (headers.Authorization) headers.Authorization = headers.Authorization.trim();
       }
       if (user.token) headers.Authorization = `Bearer ${user.token}`;
       else if (user.username && !headers.Authorization) headers.Authorization = `Basic ${Buffer.from(`${user.username}:${user.password ?? ''}`).toString('base64')}`;

@@ -111,11 +111,13 @@ function entries(doc: Raw, dir: string): LoadedKubeConfig {
   const rawUsers = Array.isArray(doc.users) ? doc.users : undefined;
   // The library reads `token-file` at once, relative to the working directory;
   // kubectl resolves it against the kubeconfig's directory. Ours: that
-  // directory, unless only the working directory has the file.
+  // directory, unless only the working directory has the file. kubectl's own
+  // key is `tokenFile` (clientcmd's AuthInfo); the library knows only `token-file`.
   const tokenFiles = new Map<string, string>();
   const users = rawUsers?.map((u: unknown) => {
-    if (!isMap(u) || !isMap(u.user) || typeof u.user['token-file'] !== 'string') return u;
-    const given = u.user['token-file'];
+    if (!isMap(u) || !isMap(u.user)) return u;
+    const given = typeof u.user['token-file'] === 'string' ? u.user['token-file'] : u.user.tokenFile;
+    if (typeof given !== 'string') return u;
     const near = resolve(dir, given);
     const file = existsSync(near) || !existsSync(given) ? near : resolve(given);
     if (!u.user.token && typeof u.name === 'string') tokenFiles.set(u.name, file);

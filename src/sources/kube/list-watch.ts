@@ -15,9 +15,10 @@
  *   longer listed are handed over as deleted, and a re-list's changes all
  *   in one tick, so a state is never computed from half of one;
  * - everything else is a failure, in words (failures.ts), for the
- *   supervisor, which restarts the loop: it resumes from its resourceVersion
- *   (no list) when it has one. The idle watchdog ends a watch that stays
- *   silent past its timeout.
+ *   supervisor, which restarts the loop: after a lost connection it resumes
+ *   from its resourceVersion (no list); after a watch the server refused, it
+ *   lists again (forgetResumePointOn). The idle watchdog ends a watch that
+ *   stays silent past its timeout.
  *
  * Our own loop rather than the client library's informer: the informer keeps
  * a typed copy of every object in its cache (100,000 endpoints at 10k
@@ -269,6 +270,7 @@ export class ListWatch implements Member {
     } catch (err) {
       if (signal.aborted) return false;
       if (statusOf(err) === 410) return true;
+      this.forgetResumePointOn(err);
       throw new Failed(describeKubeError(err, 'watch', this, o.server));
     }
     if (signal.aborted) {
@@ -293,6 +295,7 @@ export class ListWatch implements Member {
     } catch (err) {
       if (err === EXPIRED) return true;
       if (signal.aborted) return false;
+      this.forgetResumePointOn(err);
       throw new Failed(describeKubeError(err, 'watch', this, o.server));
     } finally {
       this.watchdog.disarm();
@@ -304,6 +307,18 @@ export class ListWatch implements Member {
       throw new Failed({ op: `watch ${qualified(this)}`, reason: `the API server ended ${QUICK_ENDS} watches in a row at once`, routine: false, streak: this.unstable });
     }
     return false;
+  }
+
+  /**
+   * A watch the server refused (an HTTP status, or an ERROR event), other than
+   * 429: the next try lists again, as client-go's reflector does. A server
+   * restarted with a shorter history answers a watch from our resourceVersion
+   * with 504 (Too large resource version) for ever; resuming would never see
+   * what changed. A connection lost resumes from where it was.
+   */
+  private forgetResumePointOn(err: unknown): void {
+    const status = statusOf(err);
+    if (status !== undefined && status !== 429) this.rv = undefined;
   }
 
   /** One watch event (a line of the stream). Throws EXPIRED on 410 Gone, an error on another ERROR. */

@@ -116,6 +116,23 @@ t.test('a rotated token file: the 401 makes it read again at once', async (t) =>
   );
 });
 
+t.test("kubectl's tokenFile key, and a token file ending with a newline (trimmed, as client-go does)", async (t) => {
+  const srv = await served(t, new KubeApiServer({ token: 'sekret' }));
+  const dir = tempDir(t, 'kube-http-');
+  writeFileSync(join(dir, 'token'), 'sekret\n');
+  const kubeconfig = join(dir, 'config');
+  writeFileSync(
+    kubeconfig,
+    `clusters: [{name: c, cluster: {server: "${srv.url}", insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {tokenFile: token}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n`,
+  );
+  const client = await clientOf(t, srv, kubeconfig);
+  await client.getBytes('/api/v1/services', {}, list);
+  t.same(
+    srv.requests.map((r) => r.status),
+    [200],
+  );
+});
+
 t.test('no answer within the request timeout: ETIMEDOUT', async (t) => {
   const silent: Server = createServer(() => {});
   silent.listen(0, '127.0.0.1');

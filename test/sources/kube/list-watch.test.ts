@@ -191,17 +191,33 @@ t.test('watches that expire (410) at once, again and again: a failure after thre
   t.ok(await within(log.waitFor(/services: connected again after \d+ failed attempt\(s\)/), 'back'));
 });
 
-t.test('a watch ERROR other than 410 is a failure with what the server said; the restart resumes', async (t) => {
+t.test('a watch ERROR other than 410 is a failure with what the server said; the restart lists again (as client-go)', async (t) => {
   const srv = new KubeApiServer();
   srv.add('services', service('web'));
   const { sink, log, watching } = await servicesLoop(t, srv);
   await within(sink.waitForStatus((s) => s.connected && s.synced), 'synced');
   await watching();
-  const rv = srv.resourceVersion;
-  const rewatch = srv.waitForRequest((r) => r.watch);
+  const relist = srv.waitForRequest((r) => !r.watch);
   srv.sendError(500, 'InternalError', 'etcd leader changed');
   t.match(await within(log.waitFor(/watch services: HTTP 500/), 'logged'), /^kpng-callout error: watch services: HTTP 500 \(server: etcd leader changed\); retrying in \d+ms$/);
-  t.equal((await within(rewatch, 're-watch')).query.resourceVersion, rv);
+  await within(relist, 'a list after the error');
+});
+
+t.test('a watch the server refuses (504 Too large resource version: it restarted with a shorter history): listed again, changes made meanwhile handed over', async (t) => {
+  const srv = new KubeApiServer();
+  srv.add('services', service('web'));
+  const { sink, log, seen, seenAt, watching } = await servicesLoop(t, srv);
+  await within(sink.waitForStatus((s) => s.connected && s.synced), 'synced');
+  await watching();
+  const before = seen.length;
+  srv.refuseWatches = { code: 504, reason: 'Timeout', message: 'Too large resource version: 9999, current: 3' };
+  const relist = srv.waitForRequest((r) => !r.watch);
+  srv.dropWatches();
+  t.match(await within(log.waitFor(/watch services: HTTP 504/), 'logged'), /Too large resource version/);
+  srv.refuseWatches = undefined;
+  srv.add('services', service('new'));
+  await within(relist, 'a list after the refusal');
+  t.ok((await seenAt(before + 1)).includes('+default/new'), 'the Service made meanwhile is handed over');
 });
 
 t.test('a dropped watch is "connection lost" (a warning) and resumes without a list', async (t) => {
