@@ -13,8 +13,9 @@ function app(A, k, v) { if (k in A) A[k] = A[k] ", " v; else A[k] = v }
 # The map a destination must not also be in (a Service's destination has
 # endpoints or it has none, never both).
 function othermap(m) { return m ~ /^svc/ ? "noep" substr(m, 4) : m ~ /^noepnp/ ? "np" substr(m, 7) : m ~ /^noep/ ? "svc" substr(m, 5) : "noepnp" substr(m, 3) }
-# Whether the kernel holds chain `name` of our table (not when DRY_RUN).
-function have_chain(name) { return !dry && system("nft list chain " T " " name " >/dev/null 2>&1 </dev/null") == 0 }
+# Whether the kernel holds chain `name` of our table (a read, so DRY_RUN asks
+# too: its script is the one a real run would apply; no nft: it has none).
+function have_chain(name) { return system("nft list chain " T " " name " >/dev/null 2>&1 </dev/null") == 0 }
 function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, ng2, G2) {
 	ng2 = 0
 	for (i = 1; i <= nrec; i++) {
