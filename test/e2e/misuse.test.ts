@@ -4,25 +4,16 @@
  * commands, conflicting flags, --once-timeout, help. Real processes, waits on
  * output markers and exits, never on fixed sleeps.
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { runBin } from '../helpers/bin-process.js';
 import { shScript, tempDir } from '../helpers/files.js';
-import { blogJsonl, blogJsonlPath, repoPath } from '../helpers/fixtures.js';
+import { bigBlogFixture, blogJsonlPath, repoPath } from '../helpers/fixtures.js';
 import { heldPort } from '../helpers/ports.js';
 import { pidAlive, waitGone } from '../helpers/procs.js';
 
 const dir = tempDir(t, 'kpng-e2e-misuse-');
-
-/** A fixture of `n` Services (about 700 bytes each). */
-function bigFixture(n: number): string {
-  const p = join(dir, `big-${n}.jsonl`);
-  let s = '';
-  for (let i = 0; i < n; i++) s += blogJsonl.replaceAll('kpng-example', `svc-${String(i).padStart(5, '0')}`);
-  writeFileSync(p, s);
-  return p;
-}
 
 /** Runs a bin with its stdout read by a consumer that takes one line and closes the pipe, as `| head -1` does. */
 async function headOne(t: Test, tool: string, args: string[]): Promise<{ code: number | null; stderr: string; first: string }> {
@@ -34,7 +25,7 @@ async function headOne(t: Test, tool: string, args: string[]): Promise<{ code: n
 }
 
 t.test('a closed stdout ends the run quietly and stops the callout (| head -1)', async (t) => {
-  const big = bigFixture(3000);
+  const big = bigBlogFixture(dir, 3000);
   const r = await headOne(t, 'kpng-callout', ['replay', '--callout', '/bin/cat', big]);
   t.match(r.first, /^\{"Service"/);
   t.equal(r.code, 0, 'exit 0');

@@ -7,24 +7,15 @@
  * pipes; waits on output markers and exits, never on fixed sleeps.
  */
 import { spawn } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { binArgv, runBin } from '../helpers/bin-process.js';
 import { shScript, tempDir } from '../helpers/files.js';
-import { blogJsonl, blogJsonlPath } from '../helpers/fixtures.js';
+import { bigBlogFixture, blogJsonl, blogJsonlPath } from '../helpers/fixtures.js';
 import { within } from '../helpers/wait.js';
 
 const dir = tempDir(t, 'kpng-e2e-pipes-');
-
-/** A fixture of `n` Services (about 700 bytes each). */
-function bigFixture(n: number): string {
-  const p = join(dir, `big-${n}.jsonl`);
-  let s = '';
-  for (let i = 0; i < n; i++) s += blogJsonl.replaceAll('kpng-example', `svc-${String(i).padStart(5, '0')}`);
-  writeFileSync(p, s);
-  return p;
-}
 
 /** `sh -c SCRIPT` with $BIN_JSON / $BIN_CALLOUT set to the bins' argv (as shell words); its status and stderr. */
 function sh(script: string): Promise<{ code: number | null; stderr: string }> {
@@ -90,7 +81,7 @@ t.test('a second SIGINT in replay: the callout killed, exit 130', async (t) => {
 });
 
 t.test('a stop signal while the last output drains into a reader that stalls: exit 0 soon, not killed by it', async (t) => {
-  const big = bigFixture(20_000);
+  const big = bigBlogFixture(dir, 20_000);
   const [file, ...args] = binArgv('kpng-json', ['replay', '-vv', big]);
   // Its stdout is a pipe nobody reads: the output cannot drain.
   const p = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -111,7 +102,7 @@ t.test('a stop signal while the last output drains into a reader that stalls: ex
 });
 
 t.test('a stop signal while a big fixture loads: the callout never runs, exit 0', async (t) => {
-  const big = bigFixture(50_000);
+  const big = bigBlogFixture(dir, 50_000);
   const marker = join(dir, 'ran');
   const cb = shScript(dir, 'mark', `cat >/dev/null; touch ${marker}\n`);
   const p = runBin(t, 'kpng-callout', ['replay', '--callout', cb, big]);

@@ -3,7 +3,7 @@
  * example (fixtures/kpng-example.*), the golden cases (fixtures/compat) and
  * the smallest state line.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Revision } from './kpng-server.js';
@@ -43,4 +43,13 @@ export function compatCases(): string[] {
 export function compatCase(name: string): { revisions: Revision[]; expected: Buffer } {
   const ops = JSON.parse(readFileSync(join(compatDir, `${name}.ops.json`), 'utf8')) as { revisions: Revision[] };
   return { revisions: ops.revisions, expected: readFileSync(join(compatDir, `${name}.expected.jsonl`)) };
+}
+
+/** Writes `dir/big-N.jsonl`: the blog Service `n` times under names svc-00000... (about 700 bytes each); its path. */
+export function bigBlogFixture(dir: string, n: number): string {
+  const p = join(dir, `big-${n}.jsonl`);
+  let s = '';
+  for (let i = 0; i < n; i++) s += blogJsonl.replaceAll('kpng-example', `svc-${String(i).padStart(5, '0')}`);
+  writeFileSync(p, s);
+  return p;
 }
