@@ -112,7 +112,8 @@ t.test('a fixture with no Services runs the empty state, with a warning naming i
   t.same(s2.texts, ['']);
   t.same(log2.matching(/ warn: /), [emptyWarning('<stdin>')], '- with empty stdin');
 
-  // --watch: emptied by an edit, it runs (a deliberate "no Services" is legitimate) and is named.
+  // --watch: a 0-byte file is one being written (`> file` truncates first): not run, said; emptied
+  // deliberately (a newline alone), it runs (a "no Services" is legitimate) and is named.
   const log3 = captureLog();
   const s3 = gatedSink(true);
   const ac = new AbortController();
@@ -120,8 +121,11 @@ t.test('a fixture with no Services runs the empty state, with a warning naming i
   t.teardown(() => ac.abort());
   await log3.waitFor(/watching .* for changes/);
   writeFileSync(files.ok, '');
+  await log3.waitFor(/ok\.jsonl: empty; waiting for its content/);
+  writeFileSync(files.ok, '\n');
   t.equal(await s3.waitFor(2), '');
   t.same(log3.matching(/ warn: /), [emptyWarning(files.ok)]);
+  t.equal(s3.texts.length, 2, 'the 0-byte file did not run');
   ac.abort();
   await within(done, 'the watcher to stop');
 });

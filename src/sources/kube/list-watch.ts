@@ -17,7 +17,7 @@
  * - everything else is a failure, in words (failures.ts), for the
  *   supervisor, which restarts the loop: after a lost connection it resumes
  *   from its resourceVersion (no list); after a watch the server refused, it
- *   lists again (forgetResumePointOn). The idle watchdog ends a watch that
+ *   lists again (refusal). The idle watchdog ends a watch that
  *   stays silent past its timeout.
  *
  * Our own loop rather than the client library's informer: the informer keeps
@@ -118,6 +118,8 @@ export class ListWatch implements Member {
   private quickEnds = 0;
   /** Watches in a row that expired (410) at once: re-listing cannot help, so the supervisor's backoff comes in. */
   private quickExpiries = 0;
+  /** Watches in a row the server refused (each re-list in between looks healthy: the backoff's streak). */
+  private refused = 0;
   /** Failures in a row for quick ends or expiries (the backoff's streak: each list in between looks healthy). */
   private unstable = 0;
 
@@ -270,8 +272,7 @@ export class ListWatch implements Member {
     } catch (err) {
       if (signal.aborted) return false;
       if (statusOf(err) === 410) return true;
-      this.forgetResumePointOn(err);
-      throw new Failed(describeKubeError(err, 'watch', this, o.server));
+      throw new Failed(this.refusal(err, describeKubeError(err, 'watch', this, o.server)));
     }
     if (signal.aborted) {
       body.destroy();
@@ -295,8 +296,7 @@ export class ListWatch implements Member {
     } catch (err) {
       if (err === EXPIRED) return true;
       if (signal.aborted) return false;
-      this.forgetResumePointOn(err);
-      throw new Failed(describeKubeError(err, 'watch', this, o.server));
+      throw new Failed(this.refusal(err, describeKubeError(err, 'watch', this, o.server)));
     } finally {
       this.watchdog.disarm();
     }
@@ -314,11 +314,15 @@ export class ListWatch implements Member {
    * 429: the next try lists again, as client-go's reflector does. A server
    * restarted with a shorter history answers a watch from our resourceVersion
    * with 504 (Too large resource version) for ever; resuming would never see
-   * what changed. A connection lost resumes from where it was.
+   * what changed. A connection lost resumes from where it was. The refusals
+   * in a row are the backoff's streak: each list in between succeeds, and the
+   * supervisor would otherwise start every retry from its shortest wait.
    */
-  private forgetResumePointOn(err: unknown): void {
+  private refusal(err: unknown, failure: Failure): Failure {
     const status = statusOf(err);
-    if (status !== undefined && status !== 429) this.rv = undefined;
+    if (status === undefined || status === 429) return failure;
+    this.rv = undefined;
+    return { ...failure, streak: ++this.refused };
   }
 
   /** One watch event (a line of the stream). Throws EXPIRED on 410 Gone, an error on another ERROR. */
@@ -330,6 +334,8 @@ export class ListWatch implements Member {
       throw new Error(`the server sent a watch event that is not JSON (${(err as Error).message})`);
     }
     const obj = ev?.object;
+    // An event other than ERROR: this watch was not refused.
+    if (ev?.type !== 'ERROR') this.refused = 0;
     switch (ev?.type) {
       case 'ADDED':
       case 'MODIFIED':

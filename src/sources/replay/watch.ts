@@ -11,9 +11,9 @@
  * an editor truncating then writing): a changed fixture that looks cut short
  * (empty, or its last line not ended; a cut JSON document fails to parse
  * instead) is read once it has been still for SETTLE_QUIET_MS, and so is a
- * changed callout that looks cut short (an empty one is never run); a fixture
- * that had content and is now empty (truncated, its content to come) is not
- * run either.
+ * changed callout that looks cut short (an empty one is never run); a changed
+ * fixture of 0 bytes (made or truncated, its content to come) is not run
+ * either.
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import { open, readFile, stat } from 'node:fs/promises';
@@ -146,7 +146,7 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
   /**
    * Reads a fixture; its state when it changed and parses, else undefined
    * (errors reported once per content). `changed`: read after a change, when
-   * a fixture that had content and is now empty is being written (not run).
+   * a 0-byte fixture is one being written (not run).
    */
   const reload = async (slot: Slot, changed = false): Promise<State | undefined> => {
     const f = files.get(slot.abs) ?? {};
@@ -165,8 +165,8 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
     }
     f.goneTold = false;
     if (f.data?.equals(data)) return undefined; // touched, not changed
-    if (changed && data.length === 0 && f.data !== undefined && f.data.length > 0) {
-      // Truncated and not written yet (`kubectl get … > file` truncates at once, writes at the end).
+    if (changed && data.length === 0) {
+      // Made or truncated and not written yet (`kubectl get … > file` truncates at once, writes at the end).
       log.info(`${slot.name}: empty; waiting for its content (a file holding only a newline is an empty state)`);
       f.data = data;
       return undefined;

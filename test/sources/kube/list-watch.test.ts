@@ -220,6 +220,17 @@ t.test('a watch the server refuses (504 Too large resource version: it restarted
   t.ok((await seenAt(before + 1)).includes('+default/new'), 'the Service made meanwhile is handed over');
 });
 
+t.test('watches refused again and again (403 on watch only): each retry lists, and waits longer (the backoff grows)', async (t) => {
+  const srv = new KubeApiServer();
+  srv.add('services', service('web'));
+  srv.refuseWatches = { code: 403, reason: 'Forbidden', message: 'services is forbidden: cannot watch' };
+  const { log } = await servicesLoop(t, srv);
+  await pollUntil(() => log.matching(/watch services: 403/).length >= 4, 'four refusals');
+  const delays = log.matching(/watch services: 403.*retrying in \d+ms/).map((l) => Number(/retrying in (\d+)ms/.exec(l)![1]));
+  t.ok(delays[0]! <= 12, `the first retry at the shortest wait (${delays[0]} ms)`);
+  t.ok(delays[3]! >= 30, `the fourth retry waits longer (${delays.join(', ')} ms; backoff 10 ms doubling to 40 ms)`);
+});
+
 t.test('a dropped watch is "connection lost" (a warning) and resumes without a list', async (t) => {
   const srv = new KubeApiServer();
   srv.add('services', service('web'));

@@ -272,3 +272,22 @@ t.test('--watch: a callout truncated, then written after a pause, runs the last 
   ac.abort();
   await within(done, 'the watcher to stop');
 });
+
+t.test('--watch: a new fixture that stays empty for a while (`> file` of a slow writer) runs only with its content', async (t) => {
+  const dir = tempDir(t, 'replay-test-');
+  writeFileSync(join(dir, 'a.jsonl'), stateLine('a'));
+  const log = captureLog();
+  const s = gatedSink(true);
+  const ac = new AbortController();
+  const done = runWatch(opts([dir], { debounceMs: 20, logger: log.logger }), s.sink, ac.signal);
+  t.teardown(() => ac.abort());
+  await s.waitFor(1);
+  await log.waitFor(/watching .* for changes/);
+  writeFileSync(join(dir, 'b.jsonl'), '');
+  await log.waitFor(/b\.jsonl: empty; waiting for its content/);
+  writeFileSync(join(dir, 'b.jsonl'), stateLine('b'));
+  t.equal(await s.waitFor(2), stateLine('b'));
+  t.equal(s.texts.length, 2, 'no empty state ran');
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
