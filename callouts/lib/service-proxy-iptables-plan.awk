@@ -158,7 +158,12 @@ function mine(d) {
 	if (!((d, svc) in dwarned)) { dwarned[d, svc] = 1; warn(shown(svc) ": skipping " d ": already used by " shown(downer[d])) }
 	return 0
 }
-function want_eps(key, l) { newset[key] = (key in newset) ? newset[key] " " l : l; newkey[key] = 1 }
+# The endpoints (IP#PORT) a UDP destination now sends to.
+function want_eps(key, l,   a, n, i, t) {
+	n = split(l, a, " "); t = ""
+	for (i = 1; i <= n; i++) t = t (t == "" ? "" : " ") a[i] "#" eptp[a[i]]
+	newset[key] = (key in newset) ? newset[key] " " t : t; newkey[key] = 1
+}
 BEGIN {
 	FS = "\t"
 	SEP = "\001"
@@ -194,9 +199,10 @@ saved {
 			oldroot["n " p] = tgt
 		} else if (sxchain(c) && (sxchain(tgt) || epchainname(tgt))) kids[c] = kids[c] " " tgt
 		else if (epchainname(c) && match($0, /--to-destination [^ ]+/)) {
-			d = substr($0, RSTART + 17, RLENGTH - 17)
+			# IP#PORT: a flow to an endpoint whose port changed is stale too (as kube-proxy's IP:port).
+			d = substr($0, RSTART + 17, RLENGTH - 17); p = d; sub(/.*:/, "", p)
 			if (d ~ /^\[/) { sub(/^\[/, "", d); sub(/\].*/, "", d) } else sub(/:[0-9]+$/, "", d)
-			dnat[c] = d
+			dnat[c] = d "#" p
 		}
 	}
 	next
@@ -244,7 +250,7 @@ $1 == "E" {
 	nep++; epip[nep] = k; epint[nep] = $4 == "true"; epext[nep] = $5 == "true"
 	next
 }
-# The endpoint IPs reachable in the saved rules from chain c.
+# The endpoints (IP#PORT) reachable in the saved rules from chain c.
 function reach(c, depth,   a, n, i, out) {
 	if (c in dnat) return dnat[c]
 	if (depth > 3 || !(c in kids)) return ""
@@ -308,12 +314,13 @@ END {
 		m = split(reach(oldroot[k], 0), a, " ")
 		if (m == 0 && n > 0) { if (kk[1] == "d") print "dst " kk[2] " " kk[3] > CT; else print "port " kk[2] > CT; continue }
 		for (i = 1; i <= m; i++) if (!(a[i] in nowep)) {
-			if (kk[1] == "d") print "dstep " kk[2] " " kk[3] " " a[i] > CT; else print "portep " kk[2] " " a[i] > CT
+			e = a[i]; sub(/#.*/, "", e)
+			if (kk[1] == "d") print "dstep " kk[2] " " kk[3] " " e > CT; else print "portep " kk[2] " " e > CT
 		}
 	}
 	for (k in oldroot) if (!(k in newkey)) {
 		split(k, kk, " "); m = split(reach(oldroot[k], 0), a, " ")
-		for (i = 1; i <= m; i++) { if (kk[1] == "d") print "dstep " kk[2] " " kk[3] " " a[i] > CT; else print "portep " kk[2] " " a[i] > CT }
+		for (i = 1; i <= m; i++) { e = a[i]; sub(/#.*/, "", e); if (kk[1] == "d") print "dstep " kk[2] " " kk[3] " " e > CT; else print "portep " kk[2] " " e > CT }
 	}
 }
 function epaddr(k) { return k }

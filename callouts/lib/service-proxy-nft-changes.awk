@@ -72,13 +72,13 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 				split(cudp[c], du, " ")
 				z = f == 4 ? "0.0.0.0" : "::"
 				n = cepsu[c] == "" ? 0 : split(cepsu[c], eps, "|")
-				if (!n) { eps[1] = z " x"; n = 1 }
+				if (!n) { eps[1] = z " . 0"; n = 1 }
 				for (e = 1; e <= n; e++) {
 					split(eps[e], w, " ")
-					kk = f SUBSEP du[1] SUBSEP du[2] SUBSEP w[1]
-					if (op == 1) { if (!(kk in CU1)) { CU1[kk] = 1; app(DEL, "udp" f, du[1] " . " du[2] " . " w[1]) } }
+					kk = f SUBSEP du[1] SUBSEP du[2] SUBSEP w[1] SUBSEP w[3]
+					if (op == 1) { if (!(kk in CU1)) { CU1[kk] = 1; app(DEL, "udp" f, du[1] " . " du[2] " . " w[1] " . " w[3]) } }
 					else {
-						if (!(kk in CU2)) { CU2[kk] = 1; app(ADD, "udp" f, du[1] " . " du[2] " . " w[1]) }
+						if (!(kk in CU2)) { CU2[kk] = 1; app(ADD, "udp" f, du[1] " . " du[2] " . " w[1] " . " w[3]) }
 						if (w[1] != z) NEWR[f, du[1], du[2]] = 1
 					}
 				}

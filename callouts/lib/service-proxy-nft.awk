@@ -234,14 +234,16 @@ function add_el(m, el) {
 	ELN[m]++
 	print "\t" el "," > (eldir "/" fpre m)
 }
-# the UDP record (set udpF: DEST . PORT . ENDPOINT, ENDPOINT 0.0.0.0 / :: for none)
+# the UDP record (set udpF: DEST . PORT . ENDPOINT . ENDPOINT-PORT, ENDPOINT
+# 0.0.0.0 / :: and port 0 for none): a flow is stale when its endpoint's IP:port
+# went, a port change included (as kube-proxy)
 function udp_new(f, du, list,   d, n, eps, e, w, z) {
 	if (du == "") return
 	split(du, d, " ")
 	z = f == 4 ? "0.0.0.0" : "::"
-	if (list == "") { add_el("udp" f, d[1] " . " d[2] " . " z); NEWU[f, d[1], d[2], z] = 1; NEWD[f, d[1], d[2]] = 1; return }
+	if (list == "") { add_el("udp" f, d[1] " . " d[2] " . " z " . 0"); NEWU[f, d[1], d[2], z, 0] = 1; NEWD[f, d[1], d[2]] = 1; return }
 	n = split(list, eps, "|")
-	for (e = 1; e <= n; e++) { split(eps[e], w, " "); if (!((f, d[1], d[2], w[1]) in NEWU)) { NEWU[f, d[1], d[2], w[1]] = 1; add_el("udp" f, d[1] " . " d[2] " . " w[1]) }; NEWR[f, d[1], d[2]] = 1 }
+	for (e = 1; e <= n; e++) { split(eps[e], w, " "); if (!((f, d[1], d[2], w[1], w[3]) in NEWU)) { NEWU[f, d[1], d[2], w[1], w[3]] = 1; add_el("udp" f, d[1] " . " d[2] " . " w[1] " . " w[3]) }; NEWR[f, d[1], d[2]] = 1 }
 }
 function read_old_udp(   l, t, f, n, parts, i, p, x, y) {
 	if (oldudp == "") return
@@ -257,10 +259,10 @@ function read_old_udp(   l, t, f, n, parts, i, p, x, y) {
 			n = split(t, parts, ",")
 			for (i = 1; i <= n; i++) {
 				gsub(/[ \t]+/, " ", parts[i]); sub(/^ /, "", parts[i]); sub(/ $/, "", parts[i])
-				if (split(parts[i], p, " \\. ") != 3) continue
+				if (split(parts[i], p, " \\. ") != 4) continue
 				x = addr(f, p[1]); y = addr(f, p[3])
-				if (x == "" || y == "" || !num(p[2], 1, 65535)) continue
-				OLDU[f, x, p[2], y] = 1
+				if (x == "" || y == "" || !num(p[2], 1, 65535) || !num(p[4], 0, 65535)) continue
+				OLDU[f, x, p[2], y, p[4]] = 1
 			}
 			t = ""
 		}
@@ -276,7 +278,7 @@ function full_ct(   k, p, z) {
 		split(k, p, SUBSEP)
 		z = p[1] == 4 ? "0.0.0.0" : "::"
 		if (p[4] == z) { if ((p[1], p[2], p[3]) in NEWR) ct_out(p[1], p[2], p[3], "-") }
-		else if (!((p[1], p[2], p[3], p[4]) in NEWU)) ct_out(p[1], p[2], p[3], p[4])
+		else if (!((p[1], p[2], p[3], p[4], p[5]) in NEWU)) ct_out(p[1], p[2], p[3], p[4])
 	}
 }
 function decl(m, type) { return "\t" (m ~ /^(svc|noep|np|noepnp|ep|epnp)/ ? "map " : "set ") m " {\n\t\t" type "\n\t}" }
@@ -296,7 +298,7 @@ function full_end(   i, f, k, p, out, nm, body, t) {
 		print decl("np" f, "type inet_proto . inet_service : verdict") > out
 		print decl("noepnp" f, "type inet_proto . inet_service : verdict") > out
 		print decl("hairpin" f, "type ipv" f "_addr . ipv" f "_addr") > out
-		print decl("udp" f, "type ipv" f "_addr . inet_service . ipv" f "_addr") > out
+		print decl("udp" f, "type ipv" f "_addr . inet_service . ipv" f "_addr . inet_service") > out
 	}
 	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 4) == "set\t") { split(AOBJ[i], p, "\t"); print "\tset " p[2] " " p[3] > out }
 	# the shared chains for 1..PRE endpoints always (a change set cannot add

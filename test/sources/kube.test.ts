@@ -244,7 +244,7 @@ t.test('a dropped watch resumes from its resourceVersion; the state never emptie
   srv.dropWatches();
   // Watches cut together share a line: "watch services, watch endpointslices...: connection ... lost".
   await within(log.waitFor(/warn: (watch [^:,]+, )*watch endpointslices\.discovery\.k8s\.io(, watch [^:,]+)*: connection to .* lost; retrying/), 'drop logged');
-  await within(sink.waitForStatus((s) => !s.connected && s.synced && s.reconnects === 0 && /lost/.test(s.error ?? '')), 'disconnected status');
+  await within(sink.waitForStatus((s) => !s.connected && !s.synced && s.reconnects === 0 && /lost/.test(s.error ?? '')), 'disconnected status');
   const r = await within(rewatch, 're-watch');
   t.equal(r.query.resourceVersion, '102', 'resumes from the last resourceVersion');
   srv.update('endpointslices', slice('web-a', 'web', [{ ip: '10.4.0.2' }]));

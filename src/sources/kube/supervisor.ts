@@ -184,7 +184,8 @@ export class ListWatchSupervisor {
 
   private report(): void {
     const healthy = this.allHealthy();
-    const s: SourceStatus = { connected: healthy, synced: this.synced, reconnects: this.reconnects, ...(!healthy && this.lastError ? { error: this.lastError } : {}) };
+    // Synced only while connected (as the kpng source): health must not say "ok" while the API server is unreachable.
+    const s: SourceStatus = { connected: healthy, synced: healthy && this.synced, reconnects: this.reconnects, ...(!healthy && this.lastError ? { error: this.lastError } : {}) };
     const key = JSON.stringify(s);
     if (key === this.lastStatus) return;
     this.lastStatus = key;

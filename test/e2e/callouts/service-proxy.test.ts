@@ -131,6 +131,8 @@ const S2: ServiceSpec[] = S1.filter((s) => s.name !== 'one').map((s) =>
 
 const STATE1 = stateText(S1);
 const STATE2 = stateText(S2);
+/** S2 with the UDP Service's TargetPort changed (its endpoint, pod2, the same). */
+const STATE2_PORT = stateText(S2.map((s) => (s.name === 'udp' ? { ...s, ports: [{ protocol: 'UDP', port: 53, targetPort: 9090 }] } : s)));
 
 /** Every Service address and NodePort of S1 (what removal must leave no trace of). */
 const ALL_IPS = [...Object.values(I), ...Object.values(X), ...Object.values(LB)].flatMap((i) => FAMILIES.map((f) => svcIP(f, i)));
@@ -386,6 +388,11 @@ for (const c of CALLOUTS) {
         refused(t, fam, await lab.tcp('node', svcIP(fam, I.one), 80, { n: 2 }), UNTRANSLATED, `${fam} a removed Service: not translated any more`);
       }
       t.notMatch(await lab.conntrack(), /dport=53 .*src=198\.51\.100\.2 |dport=53 .*src=2001:db8:1::2 /, 'no UDP conntrack entry to the old endpoint left');
+      // The same endpoint at another port (as kube-proxy, a flow is stale when the endpoint's IP:port went away).
+      await direct(t, STATE2_PORT, 'the TargetPort changed');
+      for (const fam of FAMILIES) {
+        answered(t, await lab.udp('client', svcIP(fam, I.udp), 53, { n: 3, srcPort: 40053 }), ['pod2'], 9090, `${fam} UDP from the same port 40053 -> pod2:9090 now`);
+      }
     });
 
     await t.test('the same through kpng-callout replay --once', async (t) => {
