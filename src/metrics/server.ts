@@ -4,8 +4,10 @@
  * alone on `--health-addr` (metrics on loopback, probes on the node's
  * address, as kube-proxy splits them).
  */
+import { existsSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { dirname } from 'node:path';
 import { CalloutError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import type { Address } from '../options.js';
@@ -47,12 +49,13 @@ const ERRNO_TEXT: Record<string, string> = {
 };
 
 /** Why listening failed, for people: `address already in use (EADDRINUSE)`. */
-function listenErrorText(err: NodeJS.ErrnoException, port: number, unix: boolean): string {
-  const code = err.code;
+function listenErrorText(err: NodeJS.ErrnoException, port: number, unix: string | undefined): string {
+  // libuv reports a Unix socket in a missing directory as EACCES.
+  const code = unix !== undefined && err.code === 'EACCES' && !existsSync(dirname(unix)) ? 'ENOENT' : err.code;
   if (code === undefined) return err.message;
   let text = `${ERRNO_TEXT[code] ?? err.message} (${code})`;
-  if (code === 'EADDRINUSE') text += unix ? '; remove the stale socket file or choose another path' : '; another process listens there: choose another port';
-  if (code === 'EACCES' && !unix && port > 0 && port < 1024) text += '; ports below 1024 need root or CAP_NET_BIND_SERVICE';
+  if (code === 'EADDRINUSE') text += unix !== undefined ? '; remove the stale socket file or choose another path' : '; another process listens there: choose another port';
+  if (code === 'EACCES' && unix === undefined && port > 0 && port < 1024) text += '; ports below 1024 need root or CAP_NET_BIND_SERVICE';
   return text;
 }
 
@@ -118,7 +121,7 @@ export async function serveMetrics(metrics: Metrics, addr: Address, logger: Logg
   const port = 'port' in addr ? addr.port : 0;
   await new Promise<void>((resolve, reject) => {
     const onError = (err: NodeJS.ErrnoException): void => {
-      reject(new CalloutError('io', `${flag} ${addr.text}: cannot listen: ${listenErrorText(err, port, unix !== undefined)}`, { cause: err }));
+      reject(new CalloutError('io', `${flag} ${addr.text}: cannot listen: ${listenErrorText(err, port, unix)}`, { cause: err }));
     };
     server.once('error', onError);
     const onListening = (): void => {

@@ -61,6 +61,11 @@ t.test('a port in use is an io error (exit 1, no usage hint) naming the flag, th
   await t.rejects(serveMetrics(m, addr(`:${port}`)), { code: 'io', message: new RegExp(`^--metrics-addr :${port}: cannot listen: address already in use`) });
 });
 
+t.test('a Unix socket in a directory that does not exist: said so (libuv calls it EACCES)', async (t) => {
+  const m = new Metrics({ runner: true, processMetrics: false });
+  await t.rejects(serveMetrics(m, addr('unix:/nonexistent-kpng-dir/m.sock')), { code: 'io', message: /^--metrics-addr unix:\/nonexistent-kpng-dir\/m\.sock: cannot listen: no such directory \(ENOENT\)$/ });
+});
+
 t.test(':PORT listens on every interface, IPv4 and IPv6 alike', async (t) => {
   const m = new Metrics({ runner: true, processMetrics: false });
   const lines: string[] = [];
