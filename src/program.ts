@@ -49,13 +49,13 @@ function helpEpilogue(tool: Tool): string {
         '  124      --once / replay: the callout timed out',
         '  126, 127 the callout cannot be run (not executable, not found), at startup or in a run',
         '  128+N    --once / replay: the callout died of signal N',
-        '  1        bad input (a fixture that does not parse, no Kubernetes configuration), a port in use, --once-timeout',
+        '  1        bad input (a fixture that does not parse, no Kubernetes configuration), a port in use, --once-timeout, stdout not writable',
         '  2        bad command line',
         '  130      a second SIGINT',
       ]
     : [
         '  0        done (--once, replay), stopped by SIGINT/SIGTERM/SIGHUP, or its reader closed stdout',
-        '  1        bad input (a fixture that does not parse, no Kubernetes configuration), a port in use, --once-timeout',
+        '  1        bad input (a fixture that does not parse, no Kubernetes configuration), a port in use, --once-timeout, stdout not writable',
         '  2        bad command line',
       ];
   const env = [

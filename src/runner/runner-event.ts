@@ -1,4 +1,6 @@
-/** What the scheduler reports as runs happen (metrics and benchmarks observe it). Types only. */
+/** What the scheduler reports as runs happen: events (metrics and benchmarks observe them) and the log line of a run's end. */
+import type { Logger } from '../log.js';
+import type { State } from '../state.js';
 import type { RunReason, RunResult } from './callout.js';
 
 /**
@@ -12,3 +14,13 @@ export type RunnerEvent =
   | ({ type: 'run-finished'; reason: RunReason; pendingSince?: number | undefined; at: number } & RunResult)
   | { type: 'run-skipped'; reason: RunReason; pendingSince?: number | undefined; at: number }
   | { type: 'retry-scheduled'; run: number; attempt: number; delayMs: number; at: number };
+
+/** A run's end in our log. The callout's stderr was already shown live: only a failure repeats its tail. */
+export function logRunFinished(log: Logger, r: RunResult, state: State): void {
+  const fields = { run: r.run, status: r.result, durationMs: r.durationMs, exitCode: r.exitCode, signal: r.signal, input: state.origin };
+  const message = r.message ?? `callout run ${r.run} ${r.result}`;
+  if (r.result === 'ok') log.info('callout run finished', fields);
+  else if (r.stopped) log.info(message, fields);
+  else if (r.result === 'spawn-error') log.error(message, { run: r.run, durationMs: r.durationMs, input: state.origin });
+  else log.warn(message, { ...fields, stderr: r.stderrTail });
+}

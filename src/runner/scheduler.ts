@@ -24,7 +24,7 @@ import { DEFAULTS } from '../defaults.js';
 import { silentLogger, type Logger } from '../log.js';
 import { sameState, type State } from '../state.js';
 import type { Callout, InFlight, RunReason, RunResult } from './callout.js';
-import type { RunnerEvent } from './runner-event.js';
+import { logRunFinished, type RunnerEvent } from './runner-event.js';
 import { nodeTimers, type RunNowOptions, type SchedulerOptions, type Timers } from './scheduler-options.js';
 
 export type { RunnerEvent } from './runner-event.js';
@@ -386,22 +386,12 @@ export class Scheduler {
       // A failed run may have applied part of its state: do not skip the next one.
       this.lastOk = r.result === 'ok' && !lost ? state : undefined;
       if (r.result === 'ok') this.attempt = 0;
-      this.logFinished(r, state);
+      logRunFinished(this.log, r, state);
       this.emit({ type: 'run-finished', reason, pendingSince: since, at: this.now(), ...r });
       this.armResync();
       after(r);
       if (lost) this.retryAfterLoss(r.run, 'callout lost during the run');
       this.schedule();
     });
-  }
-
-  /** The run's end in our log. The callout's stderr was already shown live: only a failure repeats its tail. */
-  private logFinished(r: RunResult, state: State): void {
-    const fields = { run: r.run, status: r.result, durationMs: r.durationMs, exitCode: r.exitCode, signal: r.signal, input: state.origin };
-    const message = r.message ?? `callout run ${r.run} ${r.result}`;
-    if (r.result === 'ok') this.log.info('callout run finished', fields);
-    else if (r.stopped) this.log.info(message, fields);
-    else if (r.result === 'spawn-error') this.log.error(message, { run: r.run, durationMs: r.durationMs, input: state.origin });
-    else this.log.warn(message, { ...fields, stderr: r.stderrTail });
   }
 }
