@@ -24,3 +24,13 @@ export function logRunFinished(log: Logger, r: RunResult, state: State): void {
   else if (r.result === 'spawn-error') log.error(message, { run: r.run, durationMs: r.durationMs, input: state.origin });
   else log.warn(message, { ...fields, stderr: r.stderrTail });
 }
+
+/** Hands `e` to `onEvent` (when there is one); an observer that throws is logged, never breaks the runner. */
+export function emitEvent(onEvent: ((e: RunnerEvent) => void) | undefined, log: Logger, e: RunnerEvent): void {
+  if (!onEvent) return;
+  try {
+    onEvent(e);
+  } catch (err) {
+    log.debug('runner event observer threw', { error: String(err) });
+  }
+}

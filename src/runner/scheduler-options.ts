@@ -16,6 +16,8 @@ export interface Timers {
 export interface SchedulerOptions {
   /** What runs the states. */
   callout: Callout;
+  /** `--changes`: a state whose change set from the last applied one is empty (its lines merely reordered) is unchanged too. */
+  changes?: boolean | undefined;
   /** Quiet time after the last change before a run; 0 runs at once. */
   debounceMs?: number | undefined;
   /** Upper bound from the first pending change to the run. */

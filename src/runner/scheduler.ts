@@ -19,12 +19,13 @@
  * `Callout`, so every rule here is tested on a fake clock with a fake callout.
  */
 import { backoffDelay } from '../backoff.js';
+import { changeSet } from '../changes.js';
 import { debounceDue } from '../debounce.js';
 import { DEFAULTS } from '../defaults.js';
 import { silentLogger, type Logger } from '../log.js';
 import { sameState, type State } from '../state.js';
 import type { Callout, InFlight, RunReason, RunResult } from './callout.js';
-import { logRunFinished, type RunnerEvent } from './runner-event.js';
+import { emitEvent, logRunFinished, type RunnerEvent } from './runner-event.js';
 import { nodeTimers, type RunNowOptions, type SchedulerOptions, type Timers } from './scheduler-options.js';
 
 export type { RunnerEvent } from './runner-event.js';
@@ -49,6 +50,7 @@ export class Scheduler {
   private readonly debounceMs: number;
   private readonly maxWaitMs: number;
   private readonly killGraceMs: number;
+  private readonly changes: boolean;
   private readonly resyncPeriodMs: number;
   private readonly retry: { minMs: number; maxMs: number };
   private readonly log: Logger;
@@ -87,6 +89,7 @@ export class Scheduler {
     this.debounceMs = Math.max(0, options.debounceMs ?? DEFAULTS.debounceMs);
     this.maxWaitMs = Math.max(0, options.maxWaitMs ?? DEFAULTS.maxWaitMs);
     this.killGraceMs = Math.max(0, options.killGraceMs ?? DEFAULTS.killGraceMs);
+    this.changes = options.changes ?? false;
     this.resyncPeriodMs = Math.max(0, options.resyncPeriodMs ?? DEFAULTS.resyncPeriodMs);
     const minMs = Math.max(1, options.retryMinMs ?? DEFAULTS.retryMinMs);
     this.retry = { minMs, maxMs: Math.max(minMs, options.retryMaxMs ?? DEFAULTS.retryMaxMs) };
@@ -227,12 +230,7 @@ export class Scheduler {
   }
 
   private emit(e: RunnerEvent): void {
-    if (!this.onEvent) return;
-    try {
-      this.onEvent(e);
-    } catch (err) {
-      this.log.debug('runner event observer threw', { error: String(err) });
-    }
+    emitEvent(this.onEvent, this.log, e);
   }
 
   // --- scheduling -----------------------------------------------------------
@@ -245,9 +243,7 @@ export class Scheduler {
     if (req) {
       const o = req.options;
       // Compared when it comes to run: the runs queued before it set the baseline.
-      if (o.skipIdentical && !o.full && this.lastOk !== undefined && sameState(req.state, this.lastOk)) {
-        this.log.debug('callout run skipped: state unchanged since the last successful run', { services: req.state.services, bytes: req.state.bytes });
-        this.emit({ type: 'run-skipped', reason: 'now', pendingSince: req.since, at: this.now() });
+      if (o.skipIdentical && !o.full && this.skipsUnchanged(req.state, 'now', req.since, this.now())) {
         req.resolve({ run: 0, result: 'skipped', durationMs: 0, message: 'state unchanged since the last successful run' });
         this.schedule();
         return;
@@ -292,12 +288,7 @@ export class Scheduler {
     this.force = false;
     const at = this.now();
     this.emit({ type: 'pending-changed', pending: false, at });
-    if (!force && this.lastOk !== undefined && sameState(state, this.lastOk)) {
-      this.log.debug('callout run skipped: state unchanged since the last successful run', {
-        services: state.services,
-        bytes: state.bytes,
-      });
-      this.emit({ type: 'run-skipped', reason, pendingSince: since, at });
+    if (!force && this.skipsUnchanged(state, reason, since, at)) {
       this.checkIdle();
       return;
     }
@@ -305,6 +296,18 @@ export class Scheduler {
       if (r.result !== 'ok' && !this.stopped && !this.newerWaiting()) this.scheduleRetry(r);
     };
     this.launch(state, reason, since, retryOnFailure, full);
+  }
+
+  /**
+   * True (the skip logged and told) when `state` has nothing to run after the
+   * last applied state: the same input; with change sets, an empty change set.
+   */
+  private skipsUnchanged(state: State, reason: RunReason, since: number | undefined, at: number): boolean {
+    const applied = this.lastOk;
+    if (applied === undefined || !(sameState(state, applied) || (this.changes && changeSet(applied, state).bytes === 0))) return false;
+    this.log.debug('callout run skipped: state unchanged since the last successful run', { services: state.services, bytes: state.bytes });
+    this.emit({ type: 'run-skipped', reason, pendingSince: since, at });
+    return true;
   }
 
   /** A newer state waits (pending, or queued by runNow): it runs next anyway, no retry needed. */

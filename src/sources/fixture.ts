@@ -112,14 +112,25 @@ export function parseFixture(text: string, file: string, opts: FixtureOptions): 
   if (flat.length === 0) return stateFromItems([]);
   const items = flat.filter((e) => isItem(e.value));
   if (items.length === flat.length) {
+    // A state holds each Service path (namespace/name) once: a change set or a callout keyed by it would mix two up.
+    const seen = new Map<string, number>();
     return stateFromItems(
-      flat.map((e) => {
+      flat.map((e, i) => {
+        let item;
         try {
-          return itemFromJson(e.value);
+          item = itemFromJson(e.value);
         } catch (err) {
           if (err instanceof ConversionError) throw inputError(file, e.locate(err.path), located(err));
           throw err;
         }
+        const path = `${item.Service.Namespace ?? ''}/${item.Service.Name ?? ''}`;
+        const first = seen.get(path);
+        if (first !== undefined) {
+          const at = flat[first]!.locate([]);
+          throw inputError(file, e.locate(['Service', 'Name']), `Service ${JSON.stringify(path)} (namespace/name) appears twice: first at line ${at.line}; each Service path once`);
+        }
+        seen.set(path, i);
+        return item;
       }),
     );
   }

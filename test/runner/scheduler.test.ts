@@ -326,6 +326,22 @@ t.test('runNow options: skipIdentical, retry (until a newer state), full', async
   await s.stop();
 });
 
+t.test('with change sets, a state whose lines are only reordered is unchanged: no run (its change set is empty)', async (t) => {
+  const a = '{"Service":{"Namespace":"n","Name":"a"},"Endpoints":null}';
+  const b = '{"Service":{"Namespace":"n","Name":"b"},"Endpoints":null}';
+  const { s, callout } = makeScheduler({ changes: true, auto: () => ok });
+  t.equal((await s.runNow(st(a, b), { skipIdentical: true })).result, 'ok');
+  t.match(await s.runNow(st(b, a), { skipIdentical: true }), { result: 'skipped', run: 0 }, 'runNow');
+  s.submit(st(b, a));
+  await s.idle();
+  t.equal(callout.requests.length, 1, 'submit: no run either');
+  const plain = makeScheduler({ auto: () => ok });
+  await plain.s.runNow(st(a, b), { skipIdentical: true });
+  t.equal((await plain.s.runNow(st(b, a), { skipIdentical: true })).result, 'ok', 'without change sets the input differs: a run');
+  await s.stop();
+  await plain.s.stop();
+});
+
 t.test('runNow with retry: a newer state queued meanwhile supersedes the retry', async (t) => {
   const { s, clock, ev, callout } = makeScheduler({ retryMinMs: 1000, retryMaxMs: 1000, random: () => 0.5 });
   const first = s.runNow(st('a'), { retry: true });

@@ -244,3 +244,11 @@ t.test('a big kubectl dump: other kinds logged at their item; an error only the 
   const col = lines[at]!.length - lines[at]!.trimStart().length + 1;
   t.equal(errorOf(dup, 'dump.yaml'), `dump.yaml:${at + 2}:${col}: Map keys must be unique`);
 });
+
+t.test('a Service path (namespace/name) twice among kpng-json items is refused, naming both lines', async (t) => {
+  const dup = '{"Service":{"Namespace":"a","Name":"x","Type":"ClusterIP"},"Endpoints":null}\n{"Service":{"Namespace":"a","Name":"x","Type":"NodePort"},"Endpoints":null}\n';
+  t.throws(() => parseFixture(dup, 'd.jsonl', blogView), { code: 'input', message: /^d\.jsonl:2:\d+: Service "a\/x" \(namespace\/name\) appears twice: first at line 1/ });
+  // Two Services whose paths coincide (names Kubernetes would refuse): a state cannot tell them apart.
+  const clash = '{"Service":{"Namespace":"a","Name":"b/c"},"Endpoints":null}\n{"Service":{"Namespace":"a/b","Name":"c"},"Endpoints":null}\n';
+  t.throws(() => parseFixture(clash, 'c.jsonl', blogView), { code: 'input', message: /appears twice/ });
+});
