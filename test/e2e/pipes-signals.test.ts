@@ -110,6 +110,6 @@ t.test('a stop signal while a big fixture loads: the callout never runs, exit 0'
   await p.line('stderr', /starting/);
   p.proc.kill('SIGTERM');
   t.equal(await p.exited(), 0);
+  // Seen by the pipeline ("SIGTERM: stopping") or, a moment earlier, at start-up (an exit at once): never a run.
   t.throws(() => readFileSync(marker), 'the callout did not run');
-  t.match(p.stderr.join('\n'), /SIGTERM: stopping/, 'the signal was seen');
 });
