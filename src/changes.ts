@@ -67,6 +67,18 @@ class ChangeWriter {
 /** Two lines differ: not the same Buffer, and not the same bytes. */
 const differ = (a: Buffer, b: Buffer): boolean => a !== b && !a.equals(b);
 
+/**
+ * No Service's line differs between `prev` and `next` (their change set is
+ * empty), `next` not being byte-identical to `prev`: its lines are reordered.
+ * States of one store keep their keys array while no Service comes or goes,
+ * and hold their Services in one order: then a difference is a changed line,
+ * and nothing is computed (the daemon's hot path).
+ */
+export function onlyReordered(prev: State, next: State): boolean {
+  if (prev.services !== next.services || (prev.keys !== undefined && prev.keys === next.keys)) return false;
+  return changeSet(prev, next).bytes === 0;
+}
+
 /** The change set from `prev` (the state last applied) to `next`. */
 export function changeSet(prev: State, next: State): Input {
   const w = new ChangeWriter();

@@ -19,7 +19,7 @@
  * `Callout`, so every rule here is tested on a fake clock with a fake callout.
  */
 import { backoffDelay } from '../backoff.js';
-import { changeSet } from '../changes.js';
+import { onlyReordered } from '../changes.js';
 import { debounceDue } from '../debounce.js';
 import { DEFAULTS } from '../defaults.js';
 import { silentLogger, type Logger } from '../log.js';
@@ -304,7 +304,7 @@ export class Scheduler {
    */
   private skipsUnchanged(state: State, reason: RunReason, since: number | undefined, at: number): boolean {
     const applied = this.lastOk;
-    if (applied === undefined || !(sameState(state, applied) || (this.changes && changeSet(applied, state).bytes === 0))) return false;
+    if (applied === undefined || !(sameState(state, applied) || (this.changes && onlyReordered(applied, state)))) return false;
     this.log.debug('callout run skipped: state unchanged since the last successful run', { services: state.services, bytes: state.bytes });
     this.emit({ type: 'run-skipped', reason, pendingSince: since, at });
     return true;
