@@ -61,19 +61,20 @@ const SETTLE_POLL_MS = 50;
 /** A file written without a pause for this long is read as it is. */
 const SETTLE_MAX_MS = 5000;
 
+/** Content (or its last byte) that may be the start of a longer one: empty, or its last line not ended. */
+const unended = (tail: Buffer): boolean => tail.length === 0 || tail[tail.length - 1] !== 0x0a;
+
 /**
- * A fixture file whose content may be the start of a longer one: empty, or
- * its last line not ended (a JSON document that is cut does not parse).
- * Reads only its last byte.
+ * A fixture file that may be being written: `unended` (a JSON document that
+ * is cut does not parse instead). Reads only its last byte.
  */
 async function looksCut(slot: Slot): Promise<boolean> {
   const fh = await open(slot.abs).catch(() => undefined);
   if (!fh) return false;
   try {
     const { size } = await fh.stat();
-    if (size === 0) return true;
-    const { buffer } = await fh.read(Buffer.alloc(1), 0, 1, size - 1);
-    return buffer[0] !== 0x0a && !slot.name.toLowerCase().endsWith('.json');
+    const { buffer, bytesRead } = await fh.read(Buffer.alloc(1), 0, Math.min(1, size), Math.max(0, size - 1));
+    return unended(buffer.subarray(0, bytesRead)) && (size === 0 || !slot.name.toLowerCase().endsWith('.json'));
   } finally {
     await fh.close();
   }
@@ -156,9 +157,12 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
       data = await readSlot(slot, options.stdin);
     } catch (err) {
       if (!(err instanceof CalloutError)) throw err;
-      if ((f.data !== undefined || f.good) && !f.goneTold) log.info(`${slot.name}: gone; keeping its last good state until it comes back`);
-      else if (f.error !== err.message && !f.goneTold) log.error(err.message);
-      f.goneTold = f.data !== undefined || f.good !== undefined || f.goneTold === true;
+      if (!f.goneTold) {
+        if (f.data !== undefined || f.good) {
+          log.info(`${slot.name}: gone; keeping its last good state until it comes back`);
+          f.goneTold = true;
+        } else if (f.error !== err.message) log.error(err.message);
+      }
       f.error = err.message;
       f.data = undefined;
       return undefined;
@@ -220,7 +224,7 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
         // A program may be rewritten in place: one that looks cut short is read once still; an empty one is
         // not run (its content follows).
         let now = await readFile(abs).catch(() => undefined);
-        if (now && (now.length === 0 || now[now.length - 1] !== 0x0a) && !before?.equals(now)) {
+        if (now && unended(now) && !before?.equals(now)) {
           await stillFor(abs, signal);
           now = await readFile(abs).catch(() => undefined);
         }
