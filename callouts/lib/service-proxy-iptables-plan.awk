@@ -242,6 +242,8 @@ $1 == "E" {
 	k = addr(FAM, $2)
 	if (k == "") { warn(name ": skipping endpoint " shown($2) ": not a literal IPv" FAM " address"); next }
 	if (k in epchain) next
+	# -1: a named target port its overrides do not list (not an endpoint of this port)
+	if ($3 == "-1") next
 	p = $3 == "" || $3 == "0" ? TP : $3
 	if (!port(p)) { warn(name ": skipping endpoint " k ": port " shown(p) " is not an integer 1-65535"); next }
 	x = chainname(GP "E", key "|" k "|" p, 7)
@@ -294,7 +296,9 @@ END {
 		n++
 	}
 	if (n > 0) { print "COMMIT" > PRE; close(PRE) }
-	b = "-A KPNG-SP-SERVICES -m addrtype --dst-type LOCAL -j KPNG-SP-NODEPORTS"
+	# not loopback (as kube-proxy): without route_localnet a NodePort DNATed
+	# from 127.0.0.1 / ::1 leaves with a loopback source and is dropped (a hang)
+	b = "-A KPNG-SP-SERVICES ! -d " (FAM == 4 ? "127.0.0.0/8" : "::1/128") " -m addrtype --dst-type LOCAL -j KPNG-SP-NODEPORTS"
 	b = join(b, jumps("nat", "PREROUTING", "-j KPNG-SP-SERVICES"))
 	b = join(b, jumps("nat", "OUTPUT", "-j KPNG-SP-SERVICES"))
 	b = join(b, jumps("nat", "POSTROUTING", "-j KPNG-SP-POSTROUTING"))

@@ -4,13 +4,19 @@
 #
 # The record (see service-proxy-nft.jq): TYPE NS NAME ETPLOCAL AFFINITY
 # TIMEOUT HEADLESS nC4 C4... nC6 C6... nX4 X4... nX6 X6... nPORTS [NAME PROTO
-# PORT NODEPORT TARGETPORT]... nEPS [IP4 IP6 INTERNAL EXTERNAL nOVR [NAME
+# PORT NODEPORT TARGETPORT-or-N]... nEPS [IP4 IP6 INTERNAL EXTERNAL nOVR [NAME
 # PORT]...]...
 
 # The first string of the array P.K (P an object or nothing), or "".
 function jfirst(P, K) {
 	if (!jobj(P) || !jarr(P SUBSEP K) || JN[P SUBSEP K] == 0) return ""
 	return jstr(P SUBSEP K SUBSEP 0)
+}
+# The port P's TargetPort, or N: none, its target named (as the jq's `tport`).
+function tport(P,   x) {
+	x = jnum(P SUBSEP "TargetPort")
+	if (x + 0 == 0 && jt(P SUBSEP "TargetPortName") == "s" && J[P SUBSEP "TargetPortName"] != "") return "N"
+	return x
 }
 # Writes the record of the line's object at R (TYPE t) to `out`; 0 when not
 # sure (what it wrote is then of no use: the whole input goes to jq). The
@@ -39,7 +45,7 @@ function record(t, R,   S, A, IP, r, ips, n, i, e, P, E, O, j, x4, n4) {
 	for (i = 0; i < n; i++) {
 		if (jt(P SUBSEP i) != "o") return 0
 		e = P SUBSEP i
-		r = r "\t" jstr(e SUBSEP "Name") "\t" jnum(e SUBSEP "Protocol") "\t" jnum(e SUBSEP "Port") "\t" jnum(e SUBSEP "NodePort") "\t" jnum(e SUBSEP "TargetPort")
+		r = r "\t" jstr(e SUBSEP "Name") "\t" jnum(e SUBSEP "Protocol") "\t" jnum(e SUBSEP "Port") "\t" jnum(e SUBSEP "NodePort") "\t" tport(e)
 	}
 	E = R SUBSEP "Endpoints"
 	n = jarr(E) ? JN[E] : 0

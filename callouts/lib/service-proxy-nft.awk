@@ -51,7 +51,7 @@ function strhash(s, mul,   i, v) {
 # cmap, cverd, ceps "EP . PORT" joined by "|", cudp "DEST PORT" or ""),
 # affinity objects 1..na (aset (decl) / achain (name) lines in aobj), and
 # the shared chains it uses (pneed[f, kind, N]).
-function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn) {
+function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn, named) {
 	n = split(line, a, "\t")
 	pk = ""; nc = 0; na = 0; phash = 0
 	ns = a[2]; nm = a[3]
@@ -102,6 +102,8 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 	for (pj = 0; pj < np; pj++) {
 		pname = a[pi + 5 * pj]; proto = a[pi + 5 * pj + 1]; port = a[pi + 5 * pj + 2]
 		nport = a[pi + 5 * pj + 3]; tport = a[pi + 5 * pj + 4]
+		# N: no TargetPort, the target is named (TargetPortName)
+		named = tport == "N"; if (named) tport = "0"
 		if (!(proto in PR)) { if (loud) warn(shown(pk) ": skipping port " shown(port) ": protocol " shown(proto) " is not TCP, UDP or SCTP"); continue }
 		if (!num(port, 1, 65535)) { if (loud) warn(shown(pk) ": skipping port " shown(port) ": not a port number"); continue }
 		if (nport != "0" && !num(nport, 1, 65535)) { if (loud) warn(shown(pk) ": ignoring NodePort " shown(nport) ": not a port number"); nport = 0 }
@@ -123,6 +125,9 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 					else if (loud) warn(shown(pk) ": ignoring port override " shown(a[OS[e] + 2 * o + 1]) ": not a port number")
 					break
 				}
+				# A named target port its overrides do not list: the pod does not
+				# serve it, so it is no endpoint of this port (as kube-proxy).
+				if (named && o == ON[e] && ON[e] > 0) continue
 				if (EI[e]) { eint[++ni] = ep; tint[ni] = tp }
 				if (EX[e]) { eext[++nx] = ep; text[nx] = tp }
 				h = fold(fold(fold(fold(h, ipnum(ep)), tp), EI[e]), EX[e])

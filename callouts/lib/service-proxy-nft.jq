@@ -24,6 +24,8 @@ def n: if type == "array" or type == "object" then length else 0 end;
 # as its JSON text, which awk's checks then refuse and log (a string "83" is
 # not a port: only numbers from the state are used, as the iptables callout).
 def int: if type == "number" then . elif . == null then 0 else tojson end;
+# A port's TargetPort, or N: none, its target named (TargetPortName; see plan()).
+def tport: if ((.TargetPort? // 0) == 0) and ((.TargetPortName? | type) == "string") and .TargetPortName != "" then "N" else (.TargetPort? // null | int) end;
 def rec($t; $i; $slow):
 	if ($i | type) == "object" and ($i.Service | type) == "object" then
 		$i.Service as $s
@@ -38,7 +40,7 @@ def rec($t; $i; $slow):
 		    then "1", ($s.SessionAffinity.ClientIP.TimeoutSeconds? // null | int) else "0", 0 end),
 		   ($ip.Headless? // false | b),
 		   ($c4 | n), $c4[]?, ($c6 | n), $c6[]?, ($x4 | length), $x4[], ($x6 | length), $x6[],
-		   ($ports | n), ($ports[]? | (.Name? // ""), (.Protocol? // null | int), (.Port? // null | int), (.NodePort? // null | int), (.TargetPort? // null | int)),
+		   ($ports | n), ($ports[]? | (.Name? // ""), (.Protocol? // null | int), (.Port? // null | int), (.NodePort? // null | int), tport),
 		   ($eps | n), ($eps[]? | (.IPs?.V4?[0]? // ""), (.IPs?.V6?[0]? // ""),
 		      ((.Scopes? // null) as $sc | if ($sc | type) == "object" then ($sc.Internal | b), ($sc.External | b) else "1", "1" end),
 		      ((.PortOverrides? // []) | n), (.PortOverrides?[]? | (.Name? // ""), (.Port? // null | int)))]

@@ -21,7 +21,7 @@ const arr = (v) => (Array.isArray(v) ? v : []);
  * One state line (parsed JSON) as what the proxy uses, or undefined when it
  * is no Service (`why(msg)` is told). Invalid addresses, ports and protocols
  * are told to `why` and left out.
- *   { key, label, ports: [{ name, proto, port, nodePort, targetPort }],
+ *   { key, label, ports: [{ name, proto, port, nodePort, targetPort, named }],
  *     ips: { internal: { 4: [], 6: [] }, external: { 4: [], 6: [] } },
  *     endpoints: [{ ip: { 4?, 6? }, internal, external, overrides: Map }],
  *     affinityMs }
@@ -91,7 +91,9 @@ export function readService(line, why = () => {}) {
       if (isPort(o.TargetPort)) targetPort = o.TargetPort;
       else say(`port ${q(pname)}: TargetPort ${q(o.TargetPort)} is not a port: Port used instead`);
     }
-    ports.push({ name: pname, proto, port, nodePort, targetPort });
+    // Its target named (TargetPortName, no TargetPort): only endpoints that have it serve it (targetPortOf).
+    const named = targetPort === 0 && typeof o.TargetPortName === 'string' && o.TargetPortName !== '';
+    ports.push({ name: pname, proto, port, nodePort, targetPort, named });
   }
   const endpoints = [];
   for (const e of arr(line.Endpoints)) {
@@ -135,7 +137,10 @@ export function readService(line, why = () => {}) {
 export function targetPortOf(endpoint, port) {
   const o = endpoint.overrides.get(port.name);
   if (o !== undefined) return o;
-  return port.targetPort || port.port;
+  if (port.targetPort) return port.targetPort;
+  // A named target port (TargetPortName) that overrides do not list: the pod
+  // does not serve it, so it is no endpoint of this port (as kube-proxy).
+  return port.named && endpoint.overrides.size > 0 ? 0 : port.port;
 }
 
 /** The endpoints a (Service port, scope, family) may use: [{ ip, port, id }], each ip:port once. */

@@ -38,7 +38,8 @@ export function notSelectedReason(svc: KubeService, serviceProxyName?: string): 
   const labels = labelsOf(svc);
   if (labels?.[LABEL_HEADLESS] !== undefined) return `it is labelled ${LABEL_HEADLESS}`;
   const proxy = labels?.[LABEL_SERVICE_PROXY_NAME];
-  if (proxy !== undefined) return `it is labelled ${LABEL_SERVICE_PROXY_NAME}=${proxy}` + (serviceProxyName ? '' : ` (use --service-proxy-name ${proxy})`);
+  // An empty value is one no proxy name selects (kpng's selector is `!label` or `label=NAME`, NAME non-empty).
+  if (proxy !== undefined) return `it is labelled ${LABEL_SERVICE_PROXY_NAME}=${proxy}` + (serviceProxyName || !proxy ? '' : ` (use --service-proxy-name ${proxy})`);
   return `it is not labelled ${LABEL_SERVICE_PROXY_NAME}=${serviceProxyName}`;
 }
 

@@ -192,6 +192,17 @@ t.test('planListeners: addresses, NodePorts, scopes, target ports, one owner per
   t.same(eps('tcp 2001:db8::10 80'), ['2001:db8:1::2 9090'], 'IPv6: the IPv6 endpoints');
   t.same(eps('tcp :: 30080'), ['2001:db8:1::2 9090']);
   t.same(eps('udp 192.0.2.10 53'), ['198.51.100.2 53', '198.51.100.3 53', '198.51.100.4 5353'], 'an unnamed port: the unnamed override, else Port');
+  const named = lib.readService(
+    JSON.parse(
+      line('n', { IPs: { ClusterIPs: { V4: ['192.0.2.11'] } }, Ports: [{ Name: 'm', Protocol: 1, Port: 80, TargetPortName: 'mtr' }] }, [
+        ep('198.51.100.2', undefined, { PortOverrides: [{ Name: 'm', Port: 9090 }] }),
+        ep('198.51.100.3', undefined, { PortOverrides: [{ Name: 'other', Port: 7070 }] }),
+        ep('198.51.100.4', undefined, {}),
+      ]),
+    ),
+  )!;
+  const namedPlan = lib.planListeners([named], () => {});
+  t.same(namedPlan.get('tcp 192.0.2.11 80')!.backend.endpoints.map((e) => e.id), ['198.51.100.2 9090', '198.51.100.4 80'], 'a named target port: not an endpoint whose overrides lack it (as kube-proxy); none at all: Port');
   t.equal(plan.get('tcp 0.0.0.0 30080')!.nodePort, true);
   t.equal(plan.get('tcp 192.0.2.10 80')!.label, '"default/a" port 80/tcp ("http")', 'the first Service keeps 192.0.2.10:80');
   t.equal(plan.get('tcp 192.0.2.10 81')!.label, '"default/b" port 81/tcp', 'the second gets what is free');

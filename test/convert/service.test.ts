@@ -231,4 +231,17 @@ spec: {clusterIPs: [10.96.0.1]}
     skipped,
   );
   t.same(skipped, ['0: skipping Service default/mine: it is labelled service.kubernetes.io/service-proxy-name=other (use --service-proxy-name other)']);
+  // An empty label value: no --service-proxy-name selects it (an empty one is refused), so no hint.
+  const empty: string[] = [];
+  convert(
+    `
+apiVersion: v1
+kind: Service
+metadata: {name: mine, labels: {service.kubernetes.io/service-proxy-name: ""}}
+spec: {clusterIPs: [10.96.0.1]}
+`,
+    {},
+    empty,
+  );
+  t.same(empty, ['0: skipping Service default/mine: it is labelled service.kubernetes.io/service-proxy-name=']);
 });

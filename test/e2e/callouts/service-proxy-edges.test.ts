@@ -173,3 +173,52 @@ t.test('service-proxy-iptables DRY_RUN: who owns a destination, bad numbers, a l
     t.match(x.stderr, /cannot read the state/);
   }
 });
+
+t.test('service-proxy-iptables DRY_RUN: NodePorts are not taken on loopback (as kube-proxy)', { skip: noJq }, async (t) => {
+  // DNATed from 127.0.0.1 / ::1 without route_localnet, a connection leaves with a loopback source and hangs.
+  const line = svc('n', 'p', '192.0.2.60', { ports: [{ Protocol: 1, Port: 80, NodePort: 30080, TargetPort: 8080 }] });
+  const r = await run(IPT, lines(line), { DRY_RUN: '1' });
+  t.equal(r.code, 0, 'applied', { stderr: r.stderr });
+  const jumps = r.stdout.split('\n').filter((l) => l.includes('-j KPNG-SP-NODEPORTS') && l.startsWith('-A KPNG-SP-SERVICES'));
+  t.same(jumps, [
+    '-A KPNG-SP-SERVICES ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j KPNG-SP-NODEPORTS',
+    '-A KPNG-SP-SERVICES ! -d ::1/128 -m addrtype --dst-type LOCAL -j KPNG-SP-NODEPORTS',
+  ], 'one jump per family, loopback left out');
+});
+
+t.test('DRY_RUN: an endpoint whose PortOverrides lack a named target port is not used for it (as kube-proxy), a numeric one or none falls back', { skip: noJq }, async (t) => {
+  // pod2's slice lacks "metrics" (its pod does not serve "mtr"); "num" (a numeric TargetPort) and "raw" (none: Port)
+  // keep the issue's fallbacks.
+  const ep = (ip: string, overrides: unknown[]) => ({ IPs: { V4: [ip] }, PortOverrides: overrides, Scopes: { Internal: true, External: true } });
+  const line = JSON.stringify({
+    Service: {
+      Namespace: 'default',
+      Name: 'named',
+      Type: 'ClusterIP',
+      IPs: { ClusterIPs: { V4: ['192.0.2.60'] } },
+      Ports: [
+        { Name: 'http', Protocol: 1, Port: 80, TargetPortName: 'web' },
+        { Name: 'metrics', Protocol: 1, Port: 8443, TargetPortName: 'mtr' },
+        { Name: 'num', Protocol: 1, Port: 81, TargetPort: 8181 },
+        { Name: 'raw', Protocol: 1, Port: 82 },
+      ],
+      SessionAffinity: null,
+    },
+    Endpoints: [ep('198.51.100.2', [{ Name: 'http', Port: 8080 }, { Name: 'metrics', Port: 9090 }]), ep('198.51.100.130', [{ Name: 'http', Port: 8080 }])],
+  });
+  const nft = await run(NFT, lines(line), { DRY_RUN: '1' });
+  t.equal(nft.code, 0, 'nft: planned', { stderr: nft.stderr });
+  t.same(nft.stdout.split('\n').filter((l) => l.includes(': 198.51.100.')).map((l) => l.trim().replace(/,$/, '')), [
+    '192.0.2.60 . tcp . 80 . 0 : 198.51.100.2 . 8080',
+    '192.0.2.60 . tcp . 80 . 1 : 198.51.100.130 . 8080',
+    '192.0.2.60 . tcp . 81 . 0 : 198.51.100.2 . 8181',
+    '192.0.2.60 . tcp . 81 . 1 : 198.51.100.130 . 8181',
+    '192.0.2.60 . tcp . 82 . 0 : 198.51.100.2 . 82',
+    '192.0.2.60 . tcp . 82 . 1 : 198.51.100.130 . 82',
+    '192.0.2.60 . tcp . 8443 . 0 : 198.51.100.2 . 9090',
+  ]);
+  const ipt = await run(IPT, lines(line), { DRY_RUN: '1' });
+  t.equal(ipt.code, 0, 'iptables: planned', { stderr: ipt.stderr });
+  const dnat = ipt.stdout.split('\n').flatMap((l) => /--to-destination (\S+)/.exec(l)?.[1] ?? []).sort();
+  t.same(dnat, ['198.51.100.130:8080', '198.51.100.130:8181', '198.51.100.130:82', '198.51.100.2:8080', '198.51.100.2:8181', '198.51.100.2:82', '198.51.100.2:9090']);
+});
