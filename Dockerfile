@@ -2,10 +2,11 @@
 # source (`kpng-callout kube`); see manifests/ and docs/kube.md.
 FROM node:20-bookworm-slim
 
-# What the bundled callouts run: iptables(-restore), nft, jq (sh and awk are in the base image);
+# What the bundled callouts run: iptables(-restore), nft, jq, conntrack (the service proxiers
+# delete UDP flows of removed endpoints; sh and awk are in the base image);
 # tini as PID 1 reaps the callouts' orphaned grandchildren (Node does not).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends iptables nftables jq tini \
+ && apt-get install -y --no-install-recommends iptables nftables jq conntrack tini \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/kpng-callout

@@ -156,7 +156,9 @@ export function buildProgram(tool: Tool, io: CliIO, out: ErrorOutput, done: (p: 
     done(runPipeline({ tool, sourceName: 'kpng', source, common, runner, mode: 'live', version }, io));
   });
 
-  const kube = configure(addKubeOptions(addServiceFilterOptions(addCommonOptions(program.command('kube'), tool, version), 'handle')));
+  // kube takes no argument: a stray word (`kube kpng-example`, a value whose flag is missing) is an
+  // error, not ignored (subcommands inherit the root's allowExcessArguments(true)).
+  const kube = configure(addKubeOptions(addServiceFilterOptions(addCommonOptions(program.command('kube'), tool, version), 'handle'))).allowExcessArguments(false);
   kube.action(async (_o: unknown, cmd: Command) => {
     const o = optionsOf<CommonFlags & KubeFlags>(cmd);
     const common = commonFrom(o, io, tool);

@@ -76,6 +76,15 @@ t.test('a stray word is an unknown command, with a suggestion when one is close'
   t.match((await parse('kpng-json', ['help'])).error, { message: /^unknown command 'help' \(did you mean --help\?\)/ });
 });
 
+t.test('kube takes no argument: a stray word is a usage error, nothing started', async (t) => {
+  for (const tool of ['kpng-callout', 'kpng-json'] as const) {
+    const r = await parse(tool, ['kube', '--kubeconfig', '/nonexistent', 'kpng-example']);
+    t.type(r.error, CommanderError, `${tool}: refused by commander`);
+    t.match(r.out.join('\n'), /too many arguments for 'kube'/, 'says so');
+    t.equal(r.pipeline, undefined, 'nothing started');
+  }
+});
+
 t.test('common options before the command name apply to it; its own given after win', async (t) => {
   const q = await runs(t, 'kpng-json', ['-q', '--node-name', blogView.nodeName, 'replay', blogJsonlPath]);
   t.equal(q.status, 0);

@@ -143,6 +143,8 @@ function runKube(options: KubeSourceOptions, sink: StateSink, signal: AbortSigna
       if (!announcedSync) {
         announcedSync = true;
         log.info('initial lists complete', { services: state.services, endpoints: state.endpoints, slices: view.sliceCount, zone: view.zone ?? '' });
+        // A wrong --node-name ($NODE_NAME, or a hostname that is not the Node's name) otherwise goes unnoticed: no endpoint is Local.
+        if (!view.nodeKnown) log.warn(`node ${nodeName}: no such Node in the API: no endpoint is Local and hinted endpoints are left out; set --node-name (or $NODE_NAME) to this node's name as \`kubectl get nodes\` shows it`);
       }
       if (lastPushed && sameState(lastPushed, state)) return;
       lastPushed = state;

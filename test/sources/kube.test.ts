@@ -475,3 +475,13 @@ t.test('in-cluster: the service account token and CA, over TLS', { skip: openssl
   t.same(names(sink.states[0]!), ['default/web']);
   t.ok(srv.requests.every((r) => r.status === 200));
 });
+
+t.test('a --node-name with no Node in the API is warned about once the lists are complete', async (t) => {
+  const missing = await setup(t, { objects: [...blogObjects(), ['nodes', node(blogView.nodeName, 'z1')]], serviceProxyName: blogView.serviceProxyName, nodeName: 'vm-typo' });
+  await within(missing.sink.waitForStates(1), 'first state');
+  t.equal(missing.log.matching(/warn: node vm-typo: no such Node in the API: .*--node-name/).length, 1, 'warned once');
+
+  const found = await setup(t, { objects: [...blogObjects(), ['nodes', node(blogView.nodeName, 'z1')]], ...blogView });
+  await within(found.sink.waitForStates(1), 'first state');
+  t.same(found.log.matching(/no such Node/), [], 'no warning for a Node that exists');
+});

@@ -99,6 +99,18 @@ export function describeKubeError(err: unknown, verb: 'list' | 'watch', r: Resou
   const code = typeof e?.code === 'string' ? e.code : typeof e?.cause?.code === 'string' ? e.cause.code : undefined;
   if (code && NETWORK_CODES[code]) return { op, routine: false, reason: NETWORK_CODES[code], unreachable: code };
   if (code === 'ERR_STREAM_PREMATURE_CLOSE') return { op, routine: true, reason: `connection to ${server} lost` };
+  // Node's certificate verification codes (UNABLE_TO_VERIFY_LEAF_SIGNATURE, SELF_SIGNED_CERT_IN_CHAIN,
+  // CERT_HAS_EXPIRED, ERR_TLS_CERT_ALTNAME_INVALID...): say which server and which setting to check.
+  if (code && /CERT|SELF_SIGNED|UNABLE_TO_(GET|VERIFY|DECRYPT)|ERR_TLS_/.test(code)) {
+    const what = e?.message?.split('\n')[0] ?? code;
+    return {
+      op,
+      routine: false,
+      reason:
+        `the API server ${server}'s TLS certificate is not trusted: ${what} (${code}); check the cluster's certificate-authority` +
+        ` (certificate-authority-data, tls-server-name) in the kubeconfig, or in a pod the service account's ca.crt`,
+    };
+  }
   return { op, routine: false, reason: e?.message?.split('\n')[0] ?? String(err) };
 }
 

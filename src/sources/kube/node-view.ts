@@ -73,12 +73,19 @@ export class NodeView {
   /** Slice path -> the path of the Service it is filed under. */
   private readonly sliceOwner = new Map<string, string>();
   private nodeZone: string | undefined;
+  /** This node's Node object is known (listed or watched, not deleted since). */
+  private nodeFound = false;
   private readonly store = new Store();
   /** Service paths to recompute. */
   private readonly dirty = new Set<string>();
 
   constructor(private readonly options: NodeViewOptions) {
     this.log = options.logger ?? silentLogger;
+  }
+
+  /** Whether this node's Node object exists in the API (as far as the watch knows). */
+  get nodeKnown(): boolean {
+    return this.nodeFound;
   }
 
   /** The node's zone (`topology.kubernetes.io/zone` of its Node), undefined while unknown. */
@@ -158,10 +165,12 @@ export class NodeView {
 
   /** A Node added or updated: only this node's zone matters (other nodes are ignored). */
   setNode(node: KubeNode): boolean {
+    if (node.metadata?.name === this.options.nodeName) this.nodeFound = true;
     return this.nodeZoneIs(node, node.metadata?.labels?.[LABEL_ZONE]);
   }
 
   deleteNode(node: KubeNode): boolean {
+    if (node.metadata?.name === this.options.nodeName) this.nodeFound = false;
     return this.nodeZoneIs(node, undefined);
   }
 

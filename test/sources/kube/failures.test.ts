@@ -55,6 +55,15 @@ t.test('network errors: unreachable (the errno kept), a lost connection is routi
   t.equal(describeKubeError('a string', 'list', services, SERVER).reason, 'a string');
 });
 
+t.test('TLS verification errors name the server, the errno and what to check', async (t) => {
+  const f = describeKubeError(Object.assign(new Error('unable to verify the first certificate'), { code: 'UNABLE_TO_VERIFY_LEAF_SIGNATURE' }), 'list', services, SERVER);
+  t.equal(f.routine, false);
+  t.equal(f.unreachable, undefined);
+  t.match(f.reason, `the API server ${SERVER}'s TLS certificate is not trusted: unable to verify the first certificate (UNABLE_TO_VERIFY_LEAF_SIGNATURE); check the cluster's certificate-authority`);
+  const alt = describeKubeError(Object.assign(new Error("Hostname/IP does not match certificate's altnames: IP: 192.0.2.1 is not in the cert's list: 192.0.2.2"), { code: 'ERR_TLS_CERT_ALTNAME_INVALID' }), 'watch', slices, SERVER);
+  t.match(alt.reason, /not trusted: Hostname\/IP does not match .* \(ERR_TLS_CERT_ALTNAME_INVALID\); check .*tls-server-name/);
+});
+
 t.test('a stalled watch is routine', async (t) => {
   t.same(stalledWatch(slices), { op: 'watch endpointslices.discovery.k8s.io', reason: 'no event for longer than the watch timeout', routine: true });
 });
