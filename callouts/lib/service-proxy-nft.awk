@@ -53,7 +53,7 @@ function strhash(s, mul,   i, v) {
 # the shared chains it uses (pneed[f, kind, N]).
 function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn, named) {
 	n = split(line, a, "\t")
-	pk = ""; nc = 0; na = 0; phash = 0
+	pk = ""; nc = 0; na = 0; phash = 0; delete AFID; delete AFN
 	ns = a[2]; nm = a[3]
 	pk = ns "/" nm
 	pid = sprintf("%.0f . %.0f", strhash(pk, 31), strhash(pk, 65599))
@@ -181,19 +181,27 @@ function ep_of(f, ep, tp) { return ep " . " tp }
 # A known client goes through its endpoint's chain too, whose update
 # restarts the timeout: affinity lasts TimeoutSeconds after the client's
 # last new connection, not its first (as kube-proxy and iptables' recent).
-function affinity(f, sc, pk, pr, pn, n, s, masq, tmo, eint, tint, eext, text,   base, i, ep, tp, sa, da, body) {
+function affinity(f, sc, pk, pr, pn, n, s, masq, tmo, eint, tint, eext, text,   base, i, ep, tp, sa, da, body, id, shared) {
 	base = f s "-" pk "-" pn
+	# An endpoint's set and chain are the Service port's, shared by its
+	# cluster IPs and external destinations (as kube-proxy): a client keeps its
+	# endpoint whichever address of the Service it uses.
+	shared = f "-" pk "-" pn
 	sa = f == 4 ? "ip saddr" : "ip6 saddr"
 	da = f == 4 ? "ip" : "ip6"
 	body = masq ? "\t\tmeta mark set meta mark | 0x00004000\n" : ""
 	for (i = 1; i <= n; i++) {
 		ep = sc == 1 ? eint[i] : eext[i]; tp = sc == 1 ? tint[i] : text[i]
-		aobj[++na] = "set\ta" base "-" i "\t{ type ipv" f "_addr; flags dynamic,timeout; timeout " tmo "s; }"
-		aobj[++na] = "chain\te" base "-" i "\t\t\tupdate @a" base "-" i " { " sa " }\n\t\tmeta l4proto " pr " dnat " da " to " (f == 4 ? ep : "[" ep "]") ":" tp
-		body = body "\t\t" sa " @a" base "-" i " goto e" base "-" i "\n"
+		if (!((shared, ep, tp) in AFID)) {
+			id = AFID[shared, ep, tp] = ++AFN[shared]
+			aobj[++na] = "set\ta" shared "-" id "\t{ type ipv" f "_addr; flags dynamic,timeout; timeout " tmo "s; }"
+			aobj[++na] = "chain\te" shared "-" id "\t\t\tupdate @a" shared "-" id " { " sa " }\n\t\tmeta l4proto " pr " dnat " da " to " (f == 4 ? ep : "[" ep "]") ":" tp
+		}
+		EPID[i] = AFID[shared, ep, tp]
+		body = body "\t\t" sa " @a" shared "-" EPID[i] " goto e" shared "-" EPID[i] "\n"
 	}
-	for (i = 1; i < n; i++) body = body "\t\tnumgen random mod " (n - i + 1) " == 0 goto e" base "-" i "\n"
-	body = body "\t\tgoto e" base "-" n
+	for (i = 1; i < n; i++) body = body "\t\tnumgen random mod " (n - i + 1) " == 0 goto e" shared "-" EPID[i] "\n"
+	body = body "\t\tgoto e" shared "-" EPID[n]
 	aobj[++na] = "chain\ta" base "\t" body
 	return "a" base
 }

@@ -117,8 +117,8 @@ t.test('service-proxy-nft DRY_RUN: names, numbers, affinity', { skip: noJq }, as
   t.equal(r.code, 0, 'served', { stderr: r.stderr });
   t.match(r.stdout, /192\.0\.2\.60 \. tcp \. 80 : goto a4c-h\d+-\d+-tcp80/, 'its affinity chain named by a hash');
   t.notMatch(r.stdout, /touch|we"b|ns;x/, 'no text of its names in the script');
-  t.match(r.stdout, /ip saddr @a4c-h\d+-\d+-tcp80-1 goto e4c-h\d+-\d+-tcp80-1/, 'a known client goes through the endpoint chain');
-  t.match(r.stdout, /chain e4c-h\d+-\d+-tcp80-1 \{\n\t\tupdate @a4c-h\d+-\d+-tcp80-1 \{ ip saddr \}/, 'which restarts its timeout');
+  t.match(r.stdout, /ip saddr @a4-h\d+-\d+-tcp80-1 goto e4-h\d+-\d+-tcp80-1/, 'a known client goes through the endpoint chain');
+  t.match(r.stdout, /chain e4-h\d+-\d+-tcp80-1 \{\n\t\tupdate @a4-h\d+-\d+-tcp80-1 \{ ip saddr \}/, 'which restarts its timeout');
 
   const numbers = svc('e', 's', '192.0.2.90', {
     ports: [

@@ -71,7 +71,7 @@ const ep = (pod: 'pod1' | 'pod2', o: Omit<EndpointSpec, 'pod'> = { local: true }
 const I = { web: 10, one: 11, two: 12, sticky: 13, local: 14, scoped: 15, empty: 16, udp: 17, hostile: 30 } as const;
 const X = { web: 200, local: 201, scoped: 202, empty: 203 } as const;
 const LB = { web: 220 } as const;
-const NP = { http: 30080, alt: 30081, tls: 30443, raw: 30090, dns: 30053, local: 30100, empty: 30110 } as const;
+const NP = { http: 30080, alt: 30081, tls: 30443, raw: 30090, dns: 30053, local: 30100, empty: 30110, sticky: 30120 } as const;
 
 const web = (pods: Array<'pod1' | 'pod2'>): ServiceSpec => ({
   name: 'web',
@@ -106,7 +106,7 @@ const S1: ServiceSpec[] = [
   web(['pod1', 'pod2']),
   simple('one', I.one, [ep('pod1')]),
   simple('two', I.two, [ep('pod2')]),
-  simple('sticky', I.sticky, [ep('pod1'), ep('pod2')], { affinity: 600 }),
+  simple('sticky', I.sticky, [ep('pod1'), ep('pod2')], { affinity: 600, ports: [{ protocol: 'TCP', port: 80, nodePort: NP.sticky, targetPort: 8080 }] }),
   simple('local', I.local, [ep('pod1', { local: true, scopes: { internal: true, external: true } }), ep('pod2', { scopes: { internal: true } })], {
     type: 'NodePort',
     externalIPs: both(X.local),
@@ -313,6 +313,10 @@ for (const c of CALLOUTS) {
           const cs = await lab.tcp(from, svcIP(fam, I.sticky), 80, { n: 20, parallel: 1 });
           answered(t, cs, ['pod1', 'pod2'], 8080, `${fam} ${from} -> sticky`);
           t.equal(Object.keys(byPod(cs)).length, 1, `${fam} ${from}: all 20 connections to one pod (${JSON.stringify(byPod(cs))})`);
+          if (from !== 'client') continue;
+          // The affinity is the Service port's, whichever of its addresses the client uses (as kube-proxy).
+          const np = await lab.tcp('client', NODE.client[fam], NP.sticky, { n: 10, parallel: 1 });
+          t.same(byPod(np), { [cs[0]!.pod!]: 10 }, `${fam} client: its NodePort connections go to the same pod as its ClusterIP ones`);
         }
       }
     });
