@@ -84,6 +84,12 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 				}
 			}
 		}
+		# cluster IPs: those of what goes deleted, those of what comes added (in this order)
+		for (c = 1; c <= ncip; c++) {
+			kk = cipf[c] SUBSEP cip[c]
+			if (op == 1) { if (!(kk in CI1)) { CI1[kk] = 1; app(DEL, "clusterips" cipf[c], cip[c]) } }
+			else if (!(kk in CI2)) { CI2[kk] = 1; app(ADD, "clusterips" cipf[c], cip[c]) }
+		}
 		for (c = 1; c <= na; c++) {
 			split(aobj[c], p, "\t")
 			if (op == 1) { if (p[1] == "set") DS[++nds] = "delete set " T " " p[2]; else if (substr(p[2], 1, 1) == "a") DCa[++ndca] = "delete chain " T " " p[2]; else DCe[++ndce] = "delete chain " T " " p[2] }

@@ -49,7 +49,8 @@ function strhash(s, mul,   i, v) {
 # what names its affinity objects),
 # phash (a hash of all of it), claims 1..nc (cf family, ck "d"|"n", ckey,
 # cmap, cverd, ceps "EP . PORT" joined by "|", cudp "DEST PORT" or ""),
-# affinity objects 1..na (aset (decl) / achain (name) lines in aobj), and
+# affinity objects 1..na (aset (decl) / achain (name) lines in aobj), its
+# cluster IPs 1..ncip (cipf family, cip address; none when headless), and
 # the shared chains it uses (pneed[f, kind, N]).
 function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn, named) {
 	n = split(line, a, "\t")
@@ -82,6 +83,9 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 		LN[c] = nl
 		i += cnt + 1
 	}
+	# its cluster IPs (clusteripsF: new connections to a port it does not serve are rejected)
+	ncip = 0
+	if (!hl) for (c = 1; c <= 2; c++) for (j = 1; j <= LN[c]; j++) { cipf[++ncip] = c == 1 ? 4 : 6; cip[ncip] = L[c, j]; h = fold(h, ipnum(L[c, j])) }
 	np = a[i]; if (np !~ /^[0-9]+$/) return bad_rec(loud)
 	pi = i + 1
 	i += 5 * np + 1
@@ -236,6 +240,7 @@ function full_service(line,   i, f, key, m, e, n, eps, u, w) {
 		n = split(cepsu[i], eps, "|")
 		for (e = 1; e <= n; e++) { split(eps[e], w, " "); u = cf[i] " " w[1]; if (!(u in hpseen)) { hpseen[u] = 1; add_el("hairpin" cf[i], w[1] " . " w[1]) } }
 	}
+	for (i = 1; i <= ncip; i++) { u = cipf[i] " " cip[i]; if (!(u in cipseen)) { cipseen[u] = 1; add_el("clusterips" cipf[i], cip[i]) } }
 }
 # A full state's elements go straight to a file per set or map
 # (eldir/fpreNAME, one "EL," line each; eldir/fprelist names them in order), added after the
@@ -312,6 +317,7 @@ function full_end(   i, f, k, p, out, nm, body, t) {
 		print decl("noepnp" f, "type inet_proto . inet_service : verdict") > out
 		print decl("hairpin" f, "type ipv" f "_addr . ipv" f "_addr") > out
 		print decl("udp" f, "type ipv" f "_addr . inet_service . ipv" f "_addr . inet_service") > out
+		print decl("clusterips" f, "type ipv" f "_addr") > out
 	}
 	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 4) == "set\t") { split(AOBJ[i], p, "\t"); print "\tset " p[2] " " p[3] > out }
 	# the shared chains for 1..PRE endpoints always (a change set cannot add
@@ -363,8 +369,10 @@ function fixed_chains() {
 	"\t\tfib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @noepnp4\n" \
 	"\t\tfib daddr type local ip6 daddr != ::1 meta l4proto . th dport vmap @noepnp6\n\t}\n" \
 	"\tchain filter_input {\n\t\ttype filter hook input priority -110; policy accept;\n\t\tct state new jump noep\n\t}\n" \
-	"\tchain filter_forward {\n\t\ttype filter hook forward priority -110; policy accept;\n\t\tct state new jump noep\n\t}\n" \
+	"\tchain filter_forward {\n\t\ttype filter hook forward priority -110; policy accept;\n\t\tct state new jump noep\n\t\tct state new jump clusterips_check\n\t}\n" \
 	"\tchain filter_output {\n\t\ttype filter hook output priority -110; policy accept;\n\t\tct state new jump noep\n\t}\n" \
+	"\tchain clusterips_check {\n\t\tip daddr @clusterips4 goto reject_new\n\t\tip6 daddr @clusterips6 goto reject_new\n\t}\n" \
+	"\tchain filter_output_post_dnat {\n\t\ttype filter hook output priority -90; policy accept;\n\t\tct state new fib daddr type != local jump clusterips_check\n\t}\n" \
 	"\tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @svc4\n\t\tip6 daddr . meta l4proto . th dport vmap @svc6\n" \
 	"\t\tfib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np4\n" \
 	"\t\tfib daddr type local ip6 daddr != ::1 meta l4proto . th dport vmap @np6\n\t}\n" \

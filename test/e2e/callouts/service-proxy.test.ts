@@ -355,8 +355,14 @@ for (const c of CALLOUTS) {
         refused(t, fam, await lab.tcp('client', svcIP(fam, I.empty), 80, { n: 2 }), ['ECONNREFUSED', 'ECONNRESET'], `${fam} client -> empty ClusterIP`);
         refused(t, fam, await lab.tcp('client', svcIP(fam, X.empty), 80, { n: 2 }), ['ECONNREFUSED', 'ECONNRESET'], `${fam} client -> empty ExternalIP`);
         refused(t, fam, await lab.tcp('client', NODE.client[fam], NP.empty, { n: 2 }), ['ECONNREFUSED', 'ECONNRESET'], `${fam} client -> empty NodePort`);
-        // The lab itself: a port of no Service is not translated and the sink answers "unreachable".
-        refused(t, fam, await lab.tcp('client', svcIP(fam, I.empty), 81, { n: 2 }), UNTRANSLATED, `${fam} (lab) a port of no Service`);
+        // The lab itself: an address of no Service is not translated and the sink answers "unreachable".
+        refused(t, fam, await lab.tcp('client', svcIP(fam, 99), 81, { n: 2 }), UNTRANSLATED, `${fam} (lab) an address of no Service`);
+        // A port a ClusterIP does not serve: nft rejects it (as kube-proxy's nftables mode); iptables leaves it (as its iptables mode).
+        for (const from of ['client', 'node'] as const) {
+          const cs = await lab.tcp(from, svcIP(fam, I.empty), 81, { n: 2 });
+          if (c.kind === 'nft') refused(t, fam, cs, ['ECONNREFUSED', 'ECONNRESET'], `${fam} ${from} -> a ClusterIP port no Service serves`);
+          else refused(t, fam, cs, UNTRANSLATED, `${fam} ${from} -> a ClusterIP port no Service serves: not translated`);
+        }
       }
     });
 
