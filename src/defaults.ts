@@ -19,6 +19,8 @@ export const DEFAULTS = {
   /** kpng source. */
   api: '127.0.0.1:12090',
   errorDelayMs: 1000,
+  /** A kpng stream attempt without an answer this long is logged (grpc-go's connect timeout; see sources/kpng.ts). */
+  noAnswerMs: 20_000,
   maxMsgSize: 4 * 1024 * 1024,
   /** replay --watch with --watch-poll: how often files are polled. */
   watchIntervalMs: 1000,

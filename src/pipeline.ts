@@ -198,8 +198,29 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
       writeInput(io.stdout, inputFor(state, common.changes ? printed : undefined));
       printed = state;
     };
+    const needsDrain = (): boolean => (io.stdout as NodeJS.WriteStream).writableNeedDrain === true;
+    // A live source is faster than a slow reader (a full pipe): the states that came meanwhile coalesce
+    // into the newest, printed at 'drain' (the Go tool blocked on the write and asked for no diff, so the
+    // server coalesced them); otherwise every state would queue in memory, without bound.
+    let newest: State | undefined;
+    let draining = false;
+    const printLive = (state: State): void => {
+      if (draining) {
+        newest = state;
+        return;
+      }
+      print(state);
+      if (!needsDrain()) return;
+      draining = true;
+      io.stdout.once('drain', () => {
+        draining = false;
+        const next = newest;
+        newest = undefined;
+        if (next) printLive(next);
+      });
+    };
     // Replay: a stop signal that came while a fixture was read and parsed (synchronous work) is seen first.
-    deliver = mode === 'live' ? print : (state) => afterPendingSignals().then(() => print(state));
+    deliver = mode === 'live' ? printLive : (state) => afterPendingSignals().then(() => print(state));
   } else {
     const r = spec.runner!;
     // Loaded only for kpng-callout: kpng-json has no runner, and start-up time counts (a first sync).

@@ -33,6 +33,7 @@ import { decodeOpItem, endpointJson } from '../wirejson.js';
 /** Full method path of the only call of the localv1 API. */
 const WATCH_METHOD = '/localv1.Sets/Watch';
 
+
 /** TLS material (PEM contents, not paths). TLS is used when any is given. */
 export interface KpngTlsOptions {
   /** CA bundle that verifies the server; the system roots when absent. */
@@ -61,6 +62,16 @@ export interface KpngSourceOptions {
   logger?: Logger | undefined;
   /** Millisecond clock of the once-a-minute rule for repeated failures (tests). Default Date.now. */
   now?: (() => number) | undefined;
+  /**
+   * An attempt without an answer (no headers, no data) this long is logged
+   * and reported (ms). Default {@link DEFAULTS}.noAnswerMs, grpc-go's connect
+   * timeout, which the Go client had; grpc-js has none: an address whose SYNs
+   * are dropped waits for the kernel (~2 min), a server that accepts but never
+   * speaks (stopped, wedged) for ever. Only reported, not abandoned: grpc-js
+   * leaves a connection still in its handshake open when its channel closes,
+   * so a new attempt each time would leak one.
+   */
+  noAnswerMs?: number | undefined;
 }
 
 
@@ -104,6 +115,7 @@ function setName(set: number): string {
 export function createKpngSource(options: KpngSourceOptions): Source {
   const api = options.api ?? DEFAULTS.api;
   const errorDelayMs = options.errorDelayMs ?? DEFAULTS.errorDelayMs;
+  const noAnswerMs = options.noAnswerMs ?? DEFAULTS.noAnswerMs;
   const maxMsgSize = options.maxMsgSize ?? DEFAULTS.maxMsgSize;
   const log = options.logger ?? silentLogger;
   const request = Buffer.from(marshalWatchReq({ NodeName: options.nodeName }));
@@ -132,9 +144,16 @@ export function createKpngSource(options: KpngSourceOptions): Source {
   function describe(err: unknown): string {
     if (!isServiceError(err)) return String((err as Error)?.message ?? err);
     const name = grpc.status[err.code] ?? String(err.code);
-    // grpc-js appends an empty "Resolution note: " to connection errors.
-    const details = (err.details ?? '').replace(/\.? Resolution note: ?$/, '');
-    if (err.code === grpc.status.RESOURCE_EXHAUSTED) {
+    // grpc-js appends an empty "Resolution note: " to connection errors, and a timestamp to some
+    // ("Failed to connect (2026-…Z)"), which would make every repeat of one failure news; OpenSSL
+    // messages and a server's details may span lines: one log line each.
+    const details = (err.details ?? '')
+      .replace(/\.? Resolution note: ?$/, '')
+      .replace(/ \(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z\)/g, '')
+      .replace(/\s*[\r\n]+\s*/g, ' ')
+      .trim();
+    // Only grpc-js's own limit is ours to raise; a server's RESOURCE_EXHAUSTED is the server's.
+    if (err.code === grpc.status.RESOURCE_EXHAUSTED && /larger than/i.test(details)) {
       return `${name}: ${details}; a message exceeded --max-msg-size (${maxMsgSize} bytes), raise --max-msg-size`;
     }
     // Our own cancel happens only after the attempt is over: this one came
@@ -217,9 +236,17 @@ export function createKpngSource(options: KpngSourceOptions): Source {
           let connected = false;
           let synced = false;
 
+          const silent = setTimeout(() => {
+            if (settled || connected) return;
+            const state = grpc.connectivityState[client.getChannel().getConnectivityState(false)] ?? 'unknown';
+            const reason = `no answer from ${api} within ${formatDelay(noAnswerMs)} (channel ${state}); still waiting`;
+            repeats.log(log, 'warn', reason, undefined, reason);
+            status({ connected: false, synced: false, reconnects, error: reason });
+          }, noAnswerMs);
           const finish = (outcome: Outcome): void => {
             if (settled) return;
             settled = true;
+            clearTimeout(silent);
             signal.removeEventListener('abort', onAbort);
             call.cancel();
             client.close();

@@ -248,6 +248,28 @@ t.test('a message over --max-msg-size gives a clear error and a reconnect', asyn
   t.match(line, /^kpng-callout warn: stream to 127\.0\.0\.1:\d+ failed: RESOURCE_EXHAUSTED: .*larger than max.*; a message exceeded --max-msg-size \(1024 bytes\), raise --max-msg-size; reconnecting in \d+ms$/);
 });
 
+t.test('a RESOURCE_EXHAUSTED the server sends is not blamed on --max-msg-size', async (t) => {
+  const a = svc('default', 'a');
+  const quota: ServerOp = { op: 'fail', code: grpc.status.RESOURCE_EXHAUSTED, details: 'quota exceeded' };
+  const h = await start(t, [[quota], [setSvc(a)]]);
+  await h.sink.waitForStates(1);
+  t.match(h.log.matching(/RESOURCE_EXHAUSTED/), [/^kpng-callout warn: stream to 127\.0\.0\.1:\d+ failed: RESOURCE_EXHAUSTED: quota exceeded; reconnecting in \d+ms$/]);
+});
+
+t.test('a server that accepts and hangs up at once: one warning, the repeats at debug (no timestamp in the failure)', async (t) => {
+  const { createServer } = await import('node:net');
+  const hangUp = createServer((socket) => socket.destroy());
+  await new Promise<void>((r) => hangUp.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => hangUp.close(() => r())));
+  const port = (hangUp.address() as { port: number }).port;
+  const srv = new KpngTestServer({ port });
+  const h = await start(t, [], { api: `127.0.0.1:${port}`, now: () => 0 }, srv);
+  const failures = (): string[] => h.log.matching(/stream to 127\.0\.0\.1:\d+ failed: /);
+  await pollUntil(() => failures().length >= 3, () => `three failed attempts; log: ${h.log.lines.slice(-5).join(' | ')}`, 8000, 5);
+  t.match(failures().slice(0, 3), [/^kpng-callout warn: /, /^kpng-callout debug: /, /^kpng-callout debug: /]);
+  t.notMatch(failures()[0], /\(\d{4}-\d\d-\d\dT/, 'no timestamp in the message');
+});
+
 t.test('once: resolves after the first state and closes the stream', async (t) => {
   const a = svc('default', 'a');
   const h = await start(t, [[setSvc(a)], [setSvc(svc('default', 'b'))]], { once: true });
@@ -333,4 +355,20 @@ t.test('TLS', { skip: noOpenssl ?? false }, async (t) => {
       t.match((err as Error).message, re, name);
     }
   });
+});
+
+t.test('a server that accepts but never answers: reported after noAnswerMs (grpc-js has no connect timeout), not left silent', async (t) => {
+  const { createServer } = await import('node:net');
+  const held: import('node:net').Socket[] = [];
+  const mute = createServer((socket) => void held.push(socket));
+  await new Promise<void>((r) => mute.listen(0, '127.0.0.1', r));
+  t.teardown(() => {
+    for (const s of held) s.destroy();
+    return new Promise<void>((r) => mute.close(() => r()));
+  });
+  const port = (mute.address() as { port: number }).port;
+  const srv = new KpngTestServer({ port });
+  const h = await start(t, [], { api: `127.0.0.1:${port}`, noAnswerMs: 200 }, srv);
+  await pollUntil(() => h.log.matching(/no answer/).length > 0, () => `a warning; log: ${h.log.lines.slice(-5).join(' | ')}`, 8000, 10);
+  t.match(h.log.matching(/no answer/)[0], new RegExp(`^kpng-callout warn: no answer from 127\\.0\\.0\\.1:${port} within 200ms \\(channel \\w+\\); still waiting$`));
 });
