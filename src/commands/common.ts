@@ -96,7 +96,8 @@ export function commonFrom(o: CommonFlags, io: CliIO, tool: Tool): CommonOptions
   const verbosity = o.quiet ? -1 : o.verbose;
   const logger = createLogger({ name: tool, format: o.logFormat, verbosity, write: (l) => void io.stderr.write(l) });
   return {
-    nodeName: o.nodeName ?? (io.env.NODE_NAME || hostname()),
+    // As the kubelet names its Node (k8s.io/component-helpers GetHostname): the hostname trimmed and lowercased.
+    nodeName: o.nodeName ?? (io.env.NODE_NAME || hostname().trim().toLowerCase()),
     once: o.once,
     onceTimeoutMs: o.onceTimeout,
     verbosity,

@@ -81,7 +81,7 @@ t.test('commonFrom: node name, verbosity and a logger on our stderr in the chose
   t.match(JSON.parse(stderr.lines()[0]!), { level: 'debug', msg: 'hello', n: 1 });
 
   t.equal(commonFrom(flags(['--node-name', 'vm-1']), io, 'kpng-json').nodeName, 'vm-1', '--node-name before $NODE_NAME');
-  t.equal(commonFrom(flags([]), fakeIO({ env: { NODE_NAME: '' } }).io, 'kpng-json').nodeName, hostname(), 'else the hostname');
+  t.equal(commonFrom(flags([]), fakeIO({ env: { NODE_NAME: '' } }).io, 'kpng-json').nodeName, hostname().trim().toLowerCase(), 'else the hostname, lowercased (as the kubelet names its Node)');
 
   const quiet = fakeIO();
   const q = commonFrom(flags(['-q']), quiet.io, 'kpng-json');

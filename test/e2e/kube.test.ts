@@ -8,7 +8,9 @@ import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { convertObjects } from '../../src/convert/kubernetes.js';
 import { stateText } from '../../src/state.js';
-import { runBin, type BinProcess } from '../helpers/bin-process.js';
+import { binArgv, runBin, type BinProcess } from '../helpers/bin-process.js';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { recordingCallout, tempDir } from '../helpers/files.js';
 import { blogJsonl } from '../helpers/fixtures.js';
 import { KubeApiServer } from '../helpers/kube-api-server.js';
@@ -172,4 +174,16 @@ t.test('configuration errors', async (t) => {
     t.notMatch(errors, /Cannot read properties|\n\s+at /, 'no JavaScript error text or stack');
     if (status === 1) t.notOk(p.stderr.some((l) => /--help/.test(l)), 'no usage hint');
   }
+});
+
+t.test('the default node name is the hostname lowercased, as the kubelet names its Node', { skip: process.getuid?.() === 0 ? false : 'needs root (unshare --uts)' }, async (t) => {
+  const srv = new KubeApiServer();
+  srv.add('nodes', node('worker-7', 'z1'));
+  await srv.listen();
+  t.teardown(() => srv.close());
+  const argv = binArgv('kpng-json', ['kube', '--once', '--once-timeout', '20s', '--kubeconfig', srv.writeKubeconfig()]);
+  // A UTS namespace of its own, the hostname spelled as some machines do; asynchronously: the API server answers from this process.
+  const r = await promisify(execFile)('unshare', ['--uts', 'sh', '-c', 'hostname Worker-7 && exec "$@"', 'sh', ...argv], { env: { PATH: process.env.PATH, HOME: '/nonexistent' }, encoding: 'utf8' });
+  t.match(r.stderr, /node=worker-7/);
+  t.match(r.stderr, /zone=z1/);
 });

@@ -17,6 +17,9 @@ export interface ResourceName {
 /** `services`, `endpointslices.discovery.k8s.io`: what RBAC rules and `kubectl auth can-i` name. */
 export const qualified = (r: ResourceName): string => (r.group ? `${r.resource}.${r.group}` : r.resource);
 
+/** The `code` of a request whose server, connected, sent nothing within the request timeout (http.ts). */
+export const NO_ANSWER = 'ERR_KUBE_NO_ANSWER';
+
 const NETWORK_CODES: Record<string, string> = {
   ECONNREFUSED: 'connection refused',
   ENOTFOUND: 'host not found',
@@ -99,6 +102,7 @@ export function describeKubeError(err: unknown, verb: 'list' | 'watch', r: Resou
   const code = typeof e?.code === 'string' ? e.code : typeof e?.cause?.code === 'string' ? e.cause.code : undefined;
   if (code && NETWORK_CODES[code]) return { op, routine: false, reason: NETWORK_CODES[code], unreachable: code };
   if (code === 'ERR_STREAM_PREMATURE_CLOSE') return { op, routine: true, reason: `connection to ${server} lost` };
+  if (code === NO_ANSWER) return { op, routine: false, reason: `${e?.message ?? 'no answer'} (${server})` };
   // Node's certificate verification codes (UNABLE_TO_VERIFY_LEAF_SIGNATURE, SELF_SIGNED_CERT_IN_CHAIN,
   // CERT_HAS_EXPIRED, ERR_TLS_CERT_ALTNAME_INVALID...): say which server and which setting to check.
   if (code && /CERT|SELF_SIGNED|UNABLE_TO_(GET|VERIFY|DECRYPT)|ERR_TLS_/.test(code)) {

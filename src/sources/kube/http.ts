@@ -14,7 +14,8 @@
  * Errors keep the shapes failures.ts words: an {@link ApiError} (`statusCode`,
  * the Status `body`) for an HTTP status, Node's network errors (`code`
  * ECONNREFUSED...) before a response, and `code` ERR_STREAM_PREMATURE_CLOSE
- * when a response is cut (a dropped watch: "connection lost").
+ * when a response is cut (a dropped watch: "connection lost"), {@link NO_ANSWER}
+ * when a connected server sends nothing within the request timeout.
  */
 import http from 'node:http';
 import https from 'node:https';
@@ -22,6 +23,7 @@ import { finished, pipeline, type Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import { createGunzip } from 'node:zlib';
 import type { Credentials } from './auth.js';
+import { NO_ANSWER } from './failures.js';
 
 /** Longest silence before a response's headers (and within a list body): the request is abandoned (ms). */
 const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
@@ -128,7 +130,14 @@ export class ApiClient {
         headers: { Accept: 'application/json', ...(o.stream ? {} : { 'Accept-Encoding': 'gzip' }), ...auth.headers },
         signal: o.signal,
       });
-      req.setTimeout(this.timeoutMs, () => req.destroy(Object.assign(new Error(`no answer in ${this.timeoutMs / 1000} s`), { code: 'ETIMEDOUT' })));
+      req.setTimeout(this.timeoutMs, () => {
+        // Connected, yet silent (an overloaded API server, APF queueing) is not "cannot reach".
+        const connected = req.socket !== null && !req.socket.connecting;
+        const err = connected
+          ? Object.assign(new Error(`the API server accepted the connection but sent no answer in ${this.timeoutMs / 1000} s`), { code: NO_ANSWER })
+          : Object.assign(new Error(`no connection in ${this.timeoutMs / 1000} s`), { code: 'ETIMEDOUT' });
+        req.destroy(err);
+      });
       req.once('error', reject);
       req.once('response', (res) => {
         // A watch may be quiet for minutes: its silence is the idle watchdog's business.

@@ -3,7 +3,7 @@
  * error shapes requests reject with (src/sources/kube/http.ts).
  */
 import t from 'tap';
-import { describeKubeError, failureLine, qualified, stalledWatch, type Failure } from '../../../src/sources/kube/failures.js';
+import { describeKubeError, failureLine, NO_ANSWER, qualified, stalledWatch, type Failure } from '../../../src/sources/kube/failures.js';
 
 const SERVER = 'https://192.0.2.1:6443';
 const services = { resource: 'services', group: '' };
@@ -79,4 +79,12 @@ t.test('one line per attempt: the same reason together, in order', async (t) => 
     failureLine([lost('watch services'), { op: 'list nodes', reason: '403 Forbidden', routine: false }, lost('watch endpointslices.discovery.k8s.io')], SERVER),
     'watch services, watch endpointslices.discovery.k8s.io: connection lost; list nodes: 403 Forbidden',
   );
+});
+
+t.test('a connected server that sends nothing is not "cannot reach": the timeout says so, with the server', async (t) => {
+  const f = describeKubeError(Object.assign(new Error('the API server accepted the connection but sent no answer in 60 s'), { code: NO_ANSWER }), 'list', services, SERVER);
+  t.equal(f.unreachable, undefined);
+  t.equal(f.reason, `the API server accepted the connection but sent no answer in 60 s (${SERVER})`);
+  const down = describeKubeError(Object.assign(new Error('no connection in 60 s'), { code: 'ETIMEDOUT' }), 'list', services, SERVER);
+  t.equal(down.unreachable, 'ETIMEDOUT', 'no connection: unreachable');
 });
