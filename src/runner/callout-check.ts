@@ -184,3 +184,18 @@ export function spawnErrorMessage(file: string, err: NodeJS.ErrnoException, env:
       return `callout ${name}: could not be started (${err.code ?? 'error'}): ${err.message}`;
   }
 }
+
+/**
+ * The program file's identity and times, when `file` is a path (a persistent
+ * callout is restarted when it changes); undefined for a name looked up in
+ * $PATH or a file we cannot stat.
+ */
+export function programStamp(file: string): string | undefined {
+  if (!file.includes('/')) return undefined;
+  try {
+    const s = statSync(file);
+    return `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`;
+  } catch {
+    return undefined;
+  }
+}

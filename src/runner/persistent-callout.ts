@@ -29,13 +29,12 @@
  * was started, the next frame first retires it (EOF) and starts the new one.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { statSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { inputFor } from '../changes.js';
 import { DEFAULTS } from '../defaults.js';
 import { silentLogger, type Logger } from '../log.js';
 import { calloutEnv, type Callout, type InFlight, type RunRequest, type RunResult } from './callout.js';
-import { spawnErrorMessage } from './callout-check.js';
+import { programStamp, spawnErrorMessage } from './callout-check.js';
 import type { CalloutProcessOptions } from './callout-process.js';
 import { ChildOutput } from './child-output.js';
 import { calloutOutlets, type Outlet } from './outlet.js';
@@ -52,7 +51,7 @@ const MAX_ACK_BYTES = 4096;
 const FD3_EXIT_WAIT_MS = 250;
 
 /** How a frame ended, before it becomes a RunResult. */
-type FrameEnd = { ack: 'ok' } | { ack: 'error'; message: string } | { gone: 'exit' | 'fd3' | 'timeout' | 'stop' | 'kill' };
+type FrameEnd = { ack: 'ok' } | { ack: 'error'; message: string } | { gone: 'exit' | 'fd3' | 'stdin' | 'timeout' | 'stop' | 'kill' };
 
 /** The running program. */
 interface Live {
@@ -73,17 +72,8 @@ interface Live {
   program: string | undefined;
   /** A frame waits for its successor: its going away is not told as lost (the frame hands the newest state over). */
   replaced: boolean;
-}
-
-/** The program file's identity and times, when `file` is a path; undefined for a name looked up in $PATH or a file we cannot stat. */
-function programStamp(file: string): string | undefined {
-  if (!file.includes('/')) return undefined;
-  try {
-    const s = statSync(file);
-    return `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`;
-  } catch {
-    return undefined;
-  }
+  /** Its stdin failed (it closed it): no frame reaches it any more. */
+  stdinClosed: boolean;
 }
 
 /** Runs one long-lived callout process; see the module comment. */
@@ -179,6 +169,7 @@ export class PersistentCallout implements Callout {
     for (const chunk of input.chunks) stdin.write(chunk);
     stdin.write('\n');
     stdin.uncork();
+    if (l.stdinClosed) this.unreachable(l);
     const timer = this.timeoutMs > 0 ? setTimeout(() => l.waiting?.({ gone: 'timeout' }), this.timeoutMs) : undefined;
     const done = (async (): Promise<RunResult> => {
       const end = await ended;
@@ -205,8 +196,10 @@ export class PersistentCallout implements Callout {
         r.result = 'timeout';
         r.message = `callout frame ${seq} (run ${run}) not acknowledged within ${this.timeoutMs}ms: its process group was killed; any next frame goes to a new process`;
       } else {
-        if (status.signal !== null) r.result = 'signal';
-        r.message = `persistent callout ${end.gone === 'fd3' ? 'closed fd 3' : 'exited'} (${how}) before acknowledging frame ${seq} (run ${run}); any next frame goes to a new process`;
+        // Ended by us for its closed stdin: failed; otherwise its own end tells.
+        if (status.signal !== null && end.gone !== 'stdin') r.result = 'signal';
+        const what = end.gone === 'fd3' ? `closed fd 3 (${how})` : end.gone === 'stdin' ? 'closed its stdin' : `exited (${how})`;
+        r.message = `persistent callout ${what} before acknowledging frame ${seq} (run ${run}); any next frame goes to a new process`;
       }
       return r;
     })();
@@ -280,8 +273,12 @@ export class PersistentCallout implements Callout {
     const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
     child.on('error', (err) => this.log.debug(`persistent callout process error: ${err.message}`, fields));
     const stdin = child.stdin as Writable;
-    stdin.on('error', (err: NodeJS.ErrnoException) => this.log.debug(`writing to the persistent callout: ${err.message}`, { ...fields, code: err.code }));
-    const l: Live = { child, group, output, lines, exited: false, fresh: true, waiting: undefined, ending: false, gone: exit, program: programStamp(this.options.file), replaced: false };
+    const l: Live = { child, group, output, lines, exited: false, fresh: true, waiting: undefined, ending: false, gone: exit, program: programStamp(this.options.file), replaced: false, stdinClosed: false };
+    stdin.on('error', (err: NodeJS.ErrnoException) => {
+      this.log.debug(`writing to the persistent callout: ${err.message}`, { ...fields, code: err.code });
+      l.stdinClosed = true;
+      this.unreachable(l);
+    });
     l.gone = (async () => {
       const status = await exit;
       l.exited = true;
@@ -308,6 +305,19 @@ export class PersistentCallout implements Callout {
     });
     this.log.info('persistent callout started', { pid: pgid, file: this.options.file });
     return l;
+  }
+
+  /**
+   * Its stdin is closed while a frame waits for its ack, which can then never
+   * come (it waited for --timeout): unless it is exiting (its exit reports
+   * it), the frame fails and the callout is ended.
+   */
+  private unreachable(l: Live): void {
+    if (!l.waiting) return;
+    const t = setTimeout(() => {
+      if (!l.exited && !l.ending) l.waiting?.({ gone: 'stdin' });
+    }, FD3_EXIT_WAIT_MS);
+    void l.gone.then(() => clearTimeout(t));
   }
 
   /** Reads ack lines from fd 3; each settles the frame waiting (or is logged when none is). */
@@ -355,7 +365,7 @@ export class PersistentCallout implements Callout {
         this.log.warn(`persistent callout acknowledged with no frame waiting: ${JSON.stringify(line)} ignored; the next frame is full`, { frame: this.seq });
         return;
       }
-      this.log.warn(`persistent callout acknowledged with no frame waiting: ${JSON.stringify(line)}; sending the newest state again, in full`, { frame: this.seq });
+      this.log.warn(`persistent callout acknowledged with no frame waiting: ${JSON.stringify(line)}; its last frame counts as failed, the next frame is full`, { frame: this.seq });
       if (!l.ending && !this.closing) this.tellLost(`acknowledged ${JSON.stringify(line.slice(0, 200))} with no frame waiting`);
       return;
     }

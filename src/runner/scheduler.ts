@@ -18,13 +18,14 @@
  * Pure: time comes from the injected clock and timers, runs from the injected
  * `Callout`, so every rule here is tested on a fake clock with a fake callout.
  */
-import { backoffDelay } from '../backoff.js';
 import { onlyReordered } from '../changes.js';
 import { debounceDue } from '../debounce.js';
 import { DEFAULTS } from '../defaults.js';
 import { silentLogger, type Logger } from '../log.js';
 import { sameState, type State } from '../state.js';
 import type { Callout, InFlight, RunReason, RunResult } from './callout.js';
+import { ResyncTimer } from './resync-timer.js';
+import { RetryTimer } from './retry-timer.js';
 import { emitEvent, logRunFinished, type RunnerEvent } from './runner-event.js';
 import { nodeTimers, type RunNowOptions, type SchedulerOptions, type Timers } from './scheduler-options.js';
 
@@ -51,13 +52,12 @@ export class Scheduler {
   private readonly maxWaitMs: number;
   private readonly killGraceMs: number;
   private readonly changes: boolean;
-  private readonly resyncPeriodMs: number;
-  private readonly retry: { minMs: number; maxMs: number };
+  private readonly resync: ResyncTimer;
+  private readonly retry: RetryTimer;
   private readonly log: Logger;
   private readonly now: () => number;
   private readonly timers: Timers;
   private readonly onEvent: ((e: RunnerEvent) => void) | undefined;
-  private readonly random: () => number;
 
   /** Newest state waiting to run (daemon path). */
   private pending: State | undefined;
@@ -67,10 +67,6 @@ export class Scheduler {
   /** The next pending run must not be skipped (a resync fell due meanwhile). */
   private force = false;
   private wakeTimer: unknown;
-  private retryTimer: unknown;
-  private resyncTimer: unknown;
-  /** Consecutive failures: the backoff exponent; reset by a success only. */
-  private attempt = 0;
   /** The callout was lost (lost()) while the current run was in flight. */
   private lostDuringRun = false;
   /** Input of the last run, if that run succeeded (the skip-identical baseline). */
@@ -83,6 +79,8 @@ export class Scheduler {
   private runCounter = 0;
   private stopped = false;
   private stopping: Promise<void> | undefined;
+  /** Failures are retried: a daemon (submit, or runNow with retry), not a one-shot or a finite replay. */
+  private retries = false;
 
   constructor(options: SchedulerOptions) {
     this.callout = options.callout;
@@ -90,14 +88,13 @@ export class Scheduler {
     this.maxWaitMs = Math.max(0, options.maxWaitMs ?? DEFAULTS.maxWaitMs);
     this.killGraceMs = Math.max(0, options.killGraceMs ?? DEFAULTS.killGraceMs);
     this.changes = options.changes ?? false;
-    this.resyncPeriodMs = Math.max(0, options.resyncPeriodMs ?? DEFAULTS.resyncPeriodMs);
     const minMs = Math.max(1, options.retryMinMs ?? DEFAULTS.retryMinMs);
-    this.retry = { minMs, maxMs: Math.max(minMs, options.retryMaxMs ?? DEFAULTS.retryMaxMs) };
     this.log = options.logger ?? silentLogger;
     this.now = options.now ?? Date.now;
     this.timers = options.timers ?? nodeTimers;
+    this.retry = new RetryTimer({ minMs, maxMs: Math.max(minMs, options.retryMaxMs ?? DEFAULTS.retryMaxMs) }, options.random ?? Math.random, this.timers);
+    this.resync = new ResyncTimer(Math.max(0, options.resyncPeriodMs ?? DEFAULTS.resyncPeriodMs), this.timers, () => this.resyncEnded());
     this.onEvent = options.onEvent;
-    this.random = options.random ?? Math.random;
     this.callout.lost?.((why) => this.calloutLost(why));
   }
 
@@ -113,7 +110,8 @@ export class Scheduler {
     }
     const t = this.now();
     this.latest = state;
-    this.clearRetry(); // a newer state supersedes a pending retry
+    this.retries = true;
+    this.retry.clear(); // a newer state supersedes a pending retry
     if (this.pending === undefined) this.pendingSince = t;
     this.pending = state;
     this.pendingReason = 'change';
@@ -131,7 +129,8 @@ export class Scheduler {
   runNow(state: State, options: RunNowOptions = {}): Promise<RunResult> {
     if (this.stopped) return Promise.resolve({ ...NOT_RUN });
     this.latest = state;
-    this.clearRetry(); // a newer state supersedes a pending retry
+    if (options.retry) this.retries = true;
+    this.retry.clear(); // a newer state supersedes a pending retry
     return new Promise((resolve) => {
       this.nowQueue.push({ state, since: this.now(), options, resolve });
       this.schedule();
@@ -196,9 +195,8 @@ export class Scheduler {
   private shutdown(): void {
     this.stopped = true;
     this.clearWake();
-    this.clearRetry();
-    if (this.resyncTimer !== undefined) this.timers.clearTimeout(this.resyncTimer);
-    this.resyncTimer = undefined;
+    this.retry.clear();
+    this.resync.stop();
     if (this.pending !== undefined) {
       this.pending = undefined;
       this.pendingSince = undefined;
@@ -222,11 +220,6 @@ export class Scheduler {
   private clearWake(): void {
     if (this.wakeTimer !== undefined) this.timers.clearTimeout(this.wakeTimer);
     this.wakeTimer = undefined;
-  }
-
-  private clearRetry(): void {
-    if (this.retryTimer !== undefined) this.timers.clearTimeout(this.retryTimer);
-    this.retryTimer = undefined;
   }
 
   private emit(e: RunnerEvent): void {
@@ -253,7 +246,7 @@ export class Scheduler {
         'now',
         req.since,
         (r) => {
-          if (r.result === 'ok') this.clearRetry(); // the newest state was applied
+          if (r.result === 'ok') this.retry.clear(); // the newest state was applied
           else if (o.retry && !r.stopped && !this.stopped && !this.newerWaiting()) this.scheduleRetry(r);
           req.resolve(r);
         },
@@ -317,21 +310,16 @@ export class Scheduler {
 
   /** The newest state again, in full, after the backoff; unless a newer state or an armed retry hands it over anyway. */
   private retryAfterLoss(run: number, message: string): void {
-    if (this.stopped || this.latest === undefined || this.newerWaiting() || this.retryTimer !== undefined) return;
+    if (!this.retries || this.stopped || this.latest === undefined || this.newerWaiting() || this.retry.armed) return;
     this.scheduleRetry({ run, result: 'failed', durationMs: 0, message });
   }
 
   private scheduleRetry(failed: RunResult): void {
-    this.clearRetry(); // one retry armed at most
-    const delay = backoffDelay(this.attempt, this.retry, this.random);
-    this.attempt++;
-    this.log.info(`retrying the callout in ${delay}ms`, { run: failed.run, attempt: this.attempt, delayMs: delay });
-    this.emit({ type: 'retry-scheduled', run: failed.run, attempt: this.attempt, delayMs: delay, at: this.now() });
-    this.retryTimer = this.timers.setTimeout(() => {
-      this.retryTimer = undefined;
-      if (this.stopped || this.latest === undefined) return;
-      this.setPendingNow(this.latest, 'retry');
-    }, delay);
+    const { delayMs, attempt } = this.retry.arm(() => {
+      if (!this.stopped && this.latest !== undefined) this.setPendingNow(this.latest, 'retry');
+    });
+    this.log.info(`retrying the callout in ${delayMs}ms`, { run: failed.run, attempt, delayMs });
+    this.emit({ type: 'retry-scheduled', run: failed.run, attempt, delayMs, at: this.now() });
   }
 
   /** The callout went away between runs: hand the newest state over again, in full, after the backoff. */
@@ -346,22 +334,20 @@ export class Scheduler {
     this.retryAfterLoss(0, `callout ${why}`);
   }
 
-  private armResync(): void {
-    if (this.resyncPeriodMs <= 0 || this.stopped) return;
-    if (this.resyncTimer !== undefined) this.timers.clearTimeout(this.resyncTimer);
-    this.resyncTimer = this.timers.setTimeout(() => {
-      this.resyncTimer = undefined;
-      if (this.stopped || this.latest === undefined) return;
-      if (this.pending !== undefined) {
-        this.force = true; // the coming run is the resync: do not skip it
-        return;
-      }
-      // A run in flight, a queued runNow or a scheduled retry re-runs anyway
-      // (and re-arms this timer when it ends).
-      if (this.current || this.nowQueue.length > 0 || this.retryTimer !== undefined) return;
-      this.log.debug('resync: re-running the newest state', { periodMs: this.resyncPeriodMs });
-      this.setPendingNow(this.latest, 'resync');
-    }, this.resyncPeriodMs);
+  /** A resync period ended (resync-timer.ts). */
+  private resyncEnded(): void {
+    if (this.stopped || this.latest === undefined) return;
+    if (this.pending !== undefined) {
+      this.force = true; // the coming run is the resync: do not skip it
+      return;
+    }
+    // Busy (a run, a queued runNow, a retry wait): after it, unless that run hands the state over in full.
+    if (this.current || this.nowQueue.length > 0 || this.retry.armed) {
+      this.resync.due = true;
+      return;
+    }
+    this.log.debug('resync: re-running the newest state', { periodMs: this.resync.periodMs });
+    this.setPendingNow(this.latest, 'resync');
   }
 
   private setPendingNow(state: State, reason: RunReason): void {
@@ -379,7 +365,10 @@ export class Scheduler {
     const run = ++this.runCounter;
     this.log.debug('callout run started', { run, reason, services: state.services, bytes: state.bytes, input: state.origin });
     this.emit({ type: 'run-started', run, reason, pendingSince: since, at: this.now(), services: state.services, bytes: state.bytes });
-    const inflight = this.callout.start({ run, state, reason, previous: full ? undefined : this.lastOk });
+    const previous = full ? undefined : this.lastOk;
+    // With change sets, only a full input repairs drift: the resync period counts from the last full one.
+    const inputFull = !this.changes || previous === undefined;
+    const inflight = this.callout.start({ run, state, reason, previous });
     this.current = inflight;
     this.lostDuringRun = false;
     void inflight.done.then((r) => {
@@ -388,12 +377,16 @@ export class Scheduler {
       this.lostDuringRun = false;
       // A failed run may have applied part of its state: do not skip the next one.
       this.lastOk = r.result === 'ok' && !lost ? state : undefined;
-      if (r.result === 'ok') this.attempt = 0;
+      if (r.result === 'ok') this.retry.succeeded();
       logRunFinished(this.log, r, state);
       this.emit({ type: 'run-finished', reason, pendingSince: since, at: this.now(), ...r });
-      this.armResync();
+      if (inputFull && !this.stopped) this.resync.restart();
       after(r);
       if (lost) this.retryAfterLoss(r.run, 'callout lost during the run');
+      if (this.resync.due) {
+        this.resync.due = false;
+        this.resyncEnded();
+      }
       this.schedule();
     });
   }

@@ -70,8 +70,18 @@ export class FakeCallout implements Callout {
   readonly calls: string[] = [];
   private readonly open = new Map<number, (r: RunResult) => void>();
   private readonly waiters: Array<{ n: number; resolve: () => void }> = [];
+  private readonly lostListeners: Array<(why: string) => void> = [];
 
   constructor(private readonly auto?: (req: RunRequest) => Outcome | undefined) {}
+
+  lost(listener: (why: string) => void): void {
+    this.lostListeners.push(listener);
+  }
+
+  /** The callout went away between runs (as a persistent callout tells it). */
+  tellLost(why: string): void {
+    for (const f of this.lostListeners) f(why);
+  }
 
   start(req: RunRequest): InFlight {
     this.requests.push(req);

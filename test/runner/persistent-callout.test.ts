@@ -20,7 +20,8 @@ import { Scripts, Sink, st } from './harness.js';
  * (`crash` exits 3, `hang` never acks, `twice` acks ok twice, `late` acks ok
  * then `error late` 0.2 s later, `okerror` acks ok and `error stray` at once, `closefd3` acks ok and closes fd 3,
  * `closeexit` closes fd 3 and exits 3 a moment later, `okexit` acks ok and exits 0 (its
- * grandchild keeps its stderr), `eofexit` reads to EOF, then acks ok and exits; anything else is
+ * grandchild keeps its stderr), `eofexit` reads to EOF, then acks ok and exits, `closein` acks ok, closes
+ * its stdin and lives on; anything else is
  * written as it is), else `ok`.
  */
 const reader = `echo $$ > "$DIR/pid"
@@ -45,6 +46,7 @@ while IFS= read -r header; do
     closeexit) exec 3>&-; sleep 0.05; exit 3 ;;
     okexit) echo ok >&3; exit 0 ;;
     eofexit) cat > /dev/null; echo "eof seen" >&2; echo ok >&3; exit 0 ;;
+    closein) echo ok >&3; exec 0<&-; sleep 1000 ;;
     *) echo "$a" >&3 ;;
   esac
 done
@@ -179,6 +181,20 @@ t.test('fd 3 closed between frames: the callout is ended and lost is told; the n
   t.match(await c.callout.start(c.req(AB, A)).done, { result: 'ok' });
   t.not(c.pid(), pid);
   t.match(c.frames(), /\{"Frame":\{"Seq":2,"Input":"full"\}\}/);
+});
+
+t.test('stdin closed by a callout that lives on: the next frame fails at once (not at the timeout), then a new process', async (t) => {
+  const c = setup(t, { timeoutMs: 20_000 });
+  c.setAck(1, 'closein');
+  t.match(await c.callout.start(c.req(A)).done, { result: 'ok' });
+  const pid = c.pid();
+  const t0 = Date.now();
+  t.match(await c.callout.start(c.req(AB, A)).done, { result: 'failed', message: /persistent callout closed its stdin before acknowledging frame 2/ });
+  t.ok(Date.now() - t0 < 5000, `at once (${Date.now() - t0} ms), not at the 20 s timeout`);
+  await waitGone(pid);
+  t.match(await c.callout.start(c.req(AB)).done, { result: 'ok' });
+  t.not(c.pid(), pid, 'a new process');
+  t.match(c.frames(), /\{"Frame":\{"Seq":3,"Input":"full"\}\}/);
 });
 
 t.test('fd 3 closed as the callout exits: its own exit status is the report', async (t) => {

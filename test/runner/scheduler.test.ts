@@ -544,3 +544,54 @@ t.test('previous (for change sets): the last applied state; none first, after a 
   t.equal(prev()[5], undefined, 'in full');
   await s2.stop();
 });
+
+/** A one-Service state whose line is JSON (change sets read the Service key). */
+const sv = (port: number): ReturnType<typeof st> => st(`{"Service":{"Namespace":"d","Name":"a","Ports":[{"Port":${port}}]}}`);
+
+t.test('--changes: change-set runs do not postpone the resync (a full state every period, however busy the source)', async (t) => {
+  const { s, clock, ev, callout } = makeScheduler({ changes: true, resyncPeriodMs: 1000, auto: () => ok });
+  s.submit(sv(0));
+  await ev.until('run-finished', (e) => e.run === 1);
+  // A change every 400 ms: each runs at once as a change set.
+  for (let i = 1; i <= 6; i++) {
+    clock.advance(400);
+    s.submit(sv(i));
+    await ev.until('run-finished', (e) => e.run === callout.requests.length);
+  }
+  const full = callout.requests.filter((r) => r.previous === undefined);
+  t.ok(full.length >= 3, `a full input at least every period (full runs at ${callout.requests.filter((r) => r.previous === undefined).map((r) => r.reason).join(',')})`);
+  t.ok(callout.requests.some((r) => r.reason === 'resync'), 'a resync ran');
+  await s.stop();
+});
+
+t.test('--changes: a resync that falls due during a change-set run follows it', async (t) => {
+  const { s, clock, ev, callout } = makeScheduler({ changes: true, resyncPeriodMs: 1000 });
+  s.submit(sv(0));
+  await callout.started(1);
+  callout.finish(1);
+  await ev.until('run-finished', (e) => e.run === 1);
+  clock.advance(900);
+  s.submit(sv(1)); // a change set, still running when the resync falls due
+  await callout.started(2);
+  clock.advance(200);
+  callout.finish(2);
+  await callout.started(3);
+  t.equal(callout.requests[2]!.reason, 'resync');
+  t.equal(callout.requests[2]!.previous, undefined, 'in full');
+  callout.finish(3);
+  await ev.until('run-finished', (e) => e.run === 3);
+  await s.stop();
+});
+
+t.test('a callout lost after a one-shot run (a stray ack under --once): no retry scheduled or logged; a daemon retries', async (t) => {
+  const { s, ev, callout, log } = makeScheduler({ auto: () => ok });
+  t.equal((await s.runNow(st('a'))).result, 'ok');
+  callout.tellLost('acknowledged "error x" with no frame waiting');
+  t.same(ev.of('retry-scheduled'), [], 'no retry: nothing would run it');
+  t.same(log.matching(/retrying/), []);
+  s.submit(st('b'));
+  await ev.until('run-finished', (e) => e.run === 2);
+  callout.tellLost('exited');
+  t.equal((await ev.until('retry-scheduled')).run, 0, 'the daemon hands the newest state over again');
+  await s.stop();
+});
