@@ -241,6 +241,28 @@ t.test('kpng-json, live source, a reader slower than the source: the states mean
   t.equal(await within(p.status, 'the pipeline to stop'), 0);
 });
 
+t.test('kpng-json replay --watch (mode watch), a stalled reader: states coalesce into the newest, nothing queues', async (t) => {
+  const held: Array<() => void> = [];
+  const stdout = collector();
+  const write = stdout._write.bind(stdout);
+  stdout._write = (chunk, enc, cb) => void held.push(() => write(chunk, enc, cb));
+  const src = manualSource();
+  const p = start('kpng-json', src, { stdout, mode: 'watch' });
+  const { sink } = await src.started;
+  const big = (name: string): State => stateFromItems(Array.from({ length: 300 }, (_, i) => ({ Service: { Namespace: name, Name: `s${i}`, Type: 'ClusterIP' }, Endpoints: [] })));
+  const states = ['a', 'b', 'c', 'd'].map(big);
+  // As replay --watch does: each push awaited before the next.
+  for (const s of states) await sink.push(s);
+  t.ok(stdout.writableLength <= states[0]!.bytes, `only the first state is buffered (${stdout.writableLength} bytes)`);
+  while (held.length > 0) {
+    held.shift()!();
+    await new Promise((r) => setImmediate(r));
+  }
+  t.equal(stdout.text(), stateText(states[0]!) + stateText(states[3]!), 'the first state, then the newest');
+  p.io.proc.emit('SIGTERM', 'SIGTERM');
+  t.equal(await within(p.status, 'the pipeline to stop'), 0);
+});
+
 t.test('SIGINT, SIGTERM and SIGHUP on the process stop the pipeline with status 0', async (t) => {
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     const src = manualSource();

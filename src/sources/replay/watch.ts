@@ -116,12 +116,16 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
   let wake: (() => void) | undefined;
   let timer: NodeJS.Timeout | undefined;
   let firstEventAt = 0;
-  const flush = (): void => {
-    timer = undefined;
-    firstEventAt = 0;
+  /** Ends the wait of the loop below (a batch is due, or the stop). */
+  const wakeUp = (): void => {
     const w = wake;
     wake = undefined;
     w?.();
+  };
+  const flush = (): void => {
+    timer = undefined;
+    firstEventAt = 0;
+    wakeUp();
   };
   const watchedPaths = options.paths.filter((p) => p !== '-');
   const watcher = await watchFiles({
@@ -209,11 +213,13 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
     if (signal.aborted) return;
     log.info(`watching ${watched.join(', ')} for changes${polling ? ` (polling every ${pollMs} ms)` : ''}`);
 
-    const aborted = new Promise<void>((res) => signal.addEventListener('abort', () => res(), { once: true }));
+    // The stop wakes the wait below too. (Not a Promise.race with one promise for the whole loop: each
+    // race would leave a reaction on it until the stop, a leak of one per batch for the life of the watch.)
+    signal.addEventListener('abort', wakeUp, { once: true });
     while (!signal.aborted) {
       if (pending.size === 0 || timer) {
         // Nothing to do, or still debouncing.
-        await Promise.race([new Promise<void>((res) => (wake = res)), aborted]);
+        await new Promise<void>((res) => (wake = res));
         continue;
       }
       const changed = new Set(pending);
@@ -256,6 +262,7 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
       }
     }
   } finally {
+    signal.removeEventListener('abort', wakeUp);
     if (timer) clearTimeout(timer);
     await watcher.close();
   }
