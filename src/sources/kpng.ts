@@ -33,7 +33,6 @@ import { decodeOpItem, endpointJson } from '../wirejson.js';
 /** Full method path of the only call of the localv1 API. */
 const WATCH_METHOD = '/localv1.Sets/Watch';
 
-
 /** TLS material (PEM contents, not paths). TLS is used when any is given. */
 export interface KpngTlsOptions {
   /** CA bundle that verifies the server; the system roots when absent. */
