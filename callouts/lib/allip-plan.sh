@@ -115,6 +115,21 @@ allip_awk_lib='
 	}
 	# The address s in its canonical form, if it is one of family fam (4 or 6); else "".
 	function addr(fam, s) { return fam == 4 ? (ip4(s) ? s : "") : ip6(s) }
+	# Whether the canonical address k of family fam is one Kubernetes refuses as
+	# an external IP (ValidateNonSpecialIP): unspecified, loopback, link-local
+	# or link-local multicast (IPv4-mapped IPv6 addresses as their IPv4 address).
+	# DNATed on all ports, 127.0.0.1 would take every loopback connection of the node.
+	function allip_special(fam, k,   a, g) {
+		if (fam == 4) {
+			split(k, a, ".")
+			return k == "0.0.0.0" || a[1] == 127 || (a[1] == 169 && a[2] == 254) || (a[1] == 224 && a[2] == 0 && a[3] == 0)
+		}
+		if (k == "::" || k == "::1") return 1
+		if (k ~ /^::ffff:[0-9.]+$/) return allip_special(4, substr(k, 8))
+		g = k
+		sub(/:.*/, "", g)
+		return length(g) == 4 && (g ~ /^fe[89ab]/ || g ~ /^ff.2$/)
+	}
 '
 
 allip_need_jq() {
@@ -176,6 +191,7 @@ allip_plan() {
 		for (i = 4; i <= last; i++) {
 			k = addr(fam, $i)
 			if (k == "") { warn(name ": skipping external IP " shown($i) ": not a literal IPv" fam " address"); continue }
+			if (allip_special(fam, k)) { warn(name ": skipping external IP " shown(k) ": unspecified, loopback or link-local"); continue }
 			if (eps == "") continue
 			if ((fam, k) in owner) {
 				if (owner[fam, k] != name) warn(name ": skipping external IP " k ": already used by " owner[fam, k])

@@ -117,8 +117,12 @@ export class Topology {
     await wireFourNamespaces(this.ns, [...XIP.v4.map((a) => `${a}/32`), ...XIP.v6.map((a) => `${a}/128`)]);
     await mustRun('ip', ['netns', 'exec', node, 'sysctl', '-qw', 'net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1']);
 
-    const server = `const net = require('node:net');
-      for (const port of ${JSON.stringify(PORTS)}) net.createServer((s) => s.end(process.argv[1] + '\\n')).listen(port, '::');`;
+    // TCP and UDP (a datagram answered with the pod's name), both families.
+    const server = `const net = require('node:net'); const dgram = require('node:dgram');
+      for (const port of ${JSON.stringify(PORTS)}) {
+        net.createServer((s) => s.end(process.argv[1] + '\\n')).listen(port, '::');
+        const u = dgram.createSocket('udp6'); u.on('message', (m, r) => u.send(process.argv[1] + '\\n', r.port, r.address)); u.bind(port, '::');
+      }`;
     for (const pod of ['pod1', 'pod2'] as const) {
       const child = spawn('ip', ['netns', 'exec', this.ns[pod], process.execPath, '-e', server, pod], { stdio: 'ignore' });
       this.servers.push(child);
@@ -145,6 +149,13 @@ export class Topology {
   async connect(from: 'client' | 'node', addr: string, port = 8080): Promise<string> {
     const target = addr.includes(':') ? `TCP6:[${addr}]:${port}` : `TCP4:${addr}:${port}`;
     const r = await runCommand('ip', ['netns', 'exec', this.ns[from], 'socat', '-T', '3', 'STDIO', `${target},connect-timeout=3`], { timeoutMs: 10_000 });
+    return r.code === 0 ? r.stdout.trim() : '';
+  }
+
+  /** One UDP datagram from `from`'s source port `sport`; the answer, or '' when none came. */
+  async udp(from: 'client' | 'node', addr: string, port: number, sport: number): Promise<string> {
+    const target = addr.includes(':') ? `UDP6:[${addr}]:${port}` : `UDP4:${addr}:${port}`;
+    const r = await runCommand('ip', ['netns', 'exec', this.ns[from], 'socat', '-t', '2', '-T', '2', 'STDIO', `${target},sourceport=${sport},reuseaddr`], { input: 'x\n', timeoutMs: 10_000 });
     return r.code === 0 ? r.stdout.trim() : '';
   }
 

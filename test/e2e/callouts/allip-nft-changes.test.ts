@@ -480,9 +480,14 @@ t.test('kpng-example-allip-nft change sets in the kernel', { skip: reason ?? fal
 
     await apply(t, [{ name: 'web', x4: [v4], x6: [v6], ...pod('pod1'), r4: [PODS.pod2.v4] }]);
     for (const addr of [v4, v6]) await expectAt(t, addr, 'pod1', 'full state: to pod1');
+    // A UDP client that keeps its source port (its conntrack entry lives on).
+    const udpPort = (addr: string) => (addr.includes(':') ? 40106 : 40104);
+    for (const addr of [v4, v6]) t.equal(await topo.udp('client', addr, 8080, udpPort(addr)), 'pod1', `UDP from one source port: ${addr} -> pod1`);
 
     await apply(t, [{ name: 'web', x4: [v4], x6: [v6], ...pod('pod2'), r4: [PODS.pod1.v4] }]);
     for (const addr of [v4, v6]) await expectAt(t, addr, 'pod2', 'endpoint moved: to pod2');
+    // Its flow to the endpoint that went was deleted (as kube-proxy): the same source port reaches the new one.
+    for (const addr of [v4, v6]) t.equal(await topo.udp('client', addr, 8080, udpPort(addr)), 'pod2', `UDP from the same source port after the move: ${addr} -> pod2`);
     const rules = (await runCommand('ip', ['netns', 'exec', topo.ns.node, 'nft', 'list', 'table', 'inet', 'kpng_allip'])).stdout;
     t.notMatch(rules, PODS.pod1.v4, 'no rule for the old IPv4 endpoint');
     t.notMatch(rules, PODS.pod1.v6, 'no rule for the old IPv6 endpoint');
@@ -514,6 +519,19 @@ t.test('kpng-example-allip-nft change sets in the kernel', { skip: reason ?? fal
     await apply(t, []);
     for (const addr of [v4, v4b, v6, v6b]) await expectAt(t, addr, '', 'all Services removed: refused by the node');
     t.ok(existsSync(stateDir) && readdirSync(stateDir).length === 1, 'one recorded state for the node namespace');
+
+    // Persistent: a change frame and a full frame that move the endpoint clear its UDP flows too.
+    const p = new PersistentCallout(NFT, topo.ns.node, {});
+    t.teardown(() => void p.child.stdin!.end());
+    const at1: Svc[] = [{ name: 'web', x4: [v4], x6: [v6], ...pod('pod1') }];
+    const at2: Svc[] = [{ name: 'web', x4: [v4], x6: [v6], ...pod('pod2') }];
+    t.equal(await p.frame('full', full(at1)), 'ok');
+    for (const addr of [v4, v6]) t.equal(await topo.udp('client', addr, 9090, udpPort(addr)), 'pod1', `persistent: UDP ${addr} -> pod1`);
+    t.equal(await p.frame('changes', changeSet(at1, at2)), 'ok');
+    for (const addr of [v4, v6]) t.equal(await topo.udp('client', addr, 9090, udpPort(addr)), 'pod2', `persistent change frame: the same source port -> pod2`);
+    t.equal(await p.frame('full', full(at1)), 'ok');
+    for (const addr of [v4, v6]) t.equal(await topo.udp('client', addr, 9090, udpPort(addr)), 'pod1', `persistent full frame: the same source port -> pod1`);
+    t.same(await p.end(), { code: 0, signal: null });
     t.end();
   });
   t.end();

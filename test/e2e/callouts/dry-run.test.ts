@@ -180,6 +180,30 @@ t.test('callout dry runs', { skip: noJq ? 'jq is missing' : false }, async (t) =
     t.end();
   });
 
+  t.test('external IPs Kubernetes refuses (loopback, unspecified, link-local) give no rule', async (t) => {
+    const special = {
+      V4: ['127.0.0.1', '127.255.255.254', '0.0.0.0', '169.254.169.254', '224.0.0.251', '192.0.2.90'],
+      V6: ['::1', '::', 'fe80::1', 'FEBF::1', 'ff02::fb', '::ffff:127.0.0.1', '2001:db8::90'],
+    };
+    const state = line({ Namespace: 'x', Name: 'special', IPs: { ExternalIPs: special } }, [
+      { IPs: { V4: ['198.51.100.2'], V6: ['2001:db8:1::2'] }, Local: true },
+    ]);
+    for (const callout of [IPT, NFT]) {
+      const r = await dryRun([callout], state);
+      t.equal(r.code, 0, 'exits 0');
+      t.equal(
+        callout === IPT ? r.stdout : genless(r.stdout),
+        callout === IPT
+          ? iptScript(['-d 192.0.2.90/32 -j DNAT --to-destination 198.51.100.2'], ['-d 2001:db8::90/128 -j DNAT --to-destination 2001:db8:1::2'])
+          : nftScript(['192.0.2.90 : 198.51.100.2'], ['2001:db8::90 : 2001:db8:1::2']),
+        'only the ordinary addresses are mapped',
+      );
+      t.match(r.stderr, /skipping external IP "127\.0\.0\.1": unspecified, loopback or link-local/, 'logged');
+      t.match(r.stderr, /skipping external IP "::ffff:127\.0\.0\.1": unspecified, loopback or link-local/, 'IPv4-mapped too');
+    }
+    t.end();
+  });
+
   t.test('input that is not JSON: exit 1, nothing printed', async (t) => {
     for (const callout of [IPT, NFT]) {
       const r = await dryRun([callout], '{"Service":\n');
