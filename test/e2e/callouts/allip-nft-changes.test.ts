@@ -306,7 +306,7 @@ t.test('dry runs of change sets and of a persistent callout', { skip: noJq ? 'jq
     t.equal(await p.send(frame(9, 'full', full(s0))), 'ok', 'a full frame');
     t.match(await p.send(frame(10, 'changes', changeSet(s1, s2))), /^error the change set does not match the applied state/, 'a change set from another state');
     t.equal(await p.send(frame(11, 'full', full(s0))), 'ok');
-    t.match(await p.send(frame(12, 'changes', svcLine(b) + svcLine(a1))), /^error change set lines out of kpng order/, 'lines out of order');
+    t.match(await p.send(frame(12, 'changes', svcLine(a1) + svcLine(a1))), /^error change set lines repeated/, 'a Service twice');
     t.equal(await p.send(frame(13, 'full', full(s0))), 'ok');
     t.equal(await p.send(frame(14, 'changes', changeSet(s0, s1))), 'ok', 'then a change set applies');
     // End of input in the middle of a frame: the frame is dropped, the exit is clean.
@@ -364,6 +364,41 @@ t.test('kpng-example-allip-nft change sets in the kernel', { skip: reason ?? fal
     await pollUntil(() => groupMembers(p.pgid).length === 0, 'the callout process group (nft -i included) to be empty');
     t.same(readdirSync(tmp), [], 'no temporary file left');
     t.end();
+  });
+
+  await t.test('hand-written states out of kpng order: shared IPs go to the first in kpng order; change sets in their order apply', async (t) => {
+    const stateDir = tempDir(t, 'kpng-nft-state-');
+    const env = { KPNG_ALLIP_NFT_STATE_DIR: stateDir };
+    const inc = await netns(t, 'uo');
+    const ref = await netns(t, 'uoref');
+    const per = await netns(t, 'uoper');
+    const p = new PersistentCallout(NFT, per, {});
+    t.teardown(() => void p.child.stdin!.end());
+    const zeta = (l4: string, x4: string[]): Svc => ({ ns: 'zeta', name: 'b', x4, l4: [l4] });
+    const alpha = (x4: string[]): Svc => ({ ns: 'alpha', name: 'a', x4, l4: ['198.51.100.3'] });
+    // In the fixture's order, not kpng's: zeta first.
+    const s1 = [zeta('198.51.100.2', ['192.0.2.71', '192.0.2.72']), alpha(['192.0.2.70', '192.0.2.72'])];
+    const s2 = [zeta('198.51.100.4', ['192.0.2.71', '192.0.2.72']), alpha(['192.0.2.70'])];
+    const text = (svcs: Svc[]) => svcs.map(svcLine).join('');
+    const set = (svcs: Svc[]) => svcs.map((s) => keyOf(s));
+    const changes = (prev: Svc[], next: Svc[]) =>
+      set(next)
+        .map((k, i) => `{"Previous":${svcLine(prev[i]!).slice(0, -1)}}\n${svcLine(next[i]!)}`)
+        .filter((_, i) => svcLine(prev[i]!) !== svcLine(next[i]!))
+        .join('');
+    let r = await runOnce(inc, text(s1), { ...env, KPNG_CALLOUT_INPUT: 'full' });
+    t.equal(r.code, 0, 'the full state applies', { stderr: r.stderr });
+    t.match(r.stderr, /"zeta\/b": skipping external IP 192\.0\.2\.72: already used by "alpha\/a"/, 'the first in kpng order keeps it, and the log says so');
+    t.equal(await p.frame('full', text(s1)), 'ok');
+    t.equal((await runOnce(ref, full(s1), env)).code, 0);
+    t.equal(await table(inc), await table(ref), 'the same table as the state in kpng order');
+    r = await runOnce(inc, changes(s1, s2), { ...env, KPNG_CALLOUT_INPUT: 'changes' });
+    t.equal(r.code, 0, 'a change set in the fixture order applies', { stderr: r.stderr });
+    t.equal(await p.frame('changes', changes(s1, s2)), 'ok', 'persistent too');
+    t.equal((await runOnce(ref, full(s2), env)).code, 0);
+    t.equal(await table(inc), await table(ref), 'per run: the table of the next state');
+    t.equal(await table(per), await table(ref), 'persistent: the table of the next state');
+    t.same(await p.end(), { code: 0, signal: null });
   });
 
   await t.test('a change set that cannot be applied fails and changes nothing; a full state heals', async (t) => {
