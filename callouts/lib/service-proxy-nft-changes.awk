@@ -84,11 +84,17 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 				}
 			}
 		}
-		# cluster IPs: those of what goes deleted, those of what comes added (in this order)
+		# cluster IPs: those of what goes deleted (guarded: one another Service holds too, in
+		# cipdupsF, fails the transaction), those of what comes created (one held already fails)
 		for (c = 1; c <= ncip; c++) {
 			kk = cipf[c] SUBSEP cip[c]
-			if (op == 1) { if (!(kk in CI1)) { CI1[kk] = 1; app(DEL, "clusterips" cipf[c], cip[c]) } }
-			else if (!(kk in CI2)) { CI2[kk] = 1; app(ADD, "clusterips" cipf[c], cip[c]) }
+			if (op == 1) {
+				if (kk in CI1) continue
+				CI1[kk] = 1
+				G1[++ng1] = "create element " T " cipdups" cipf[c] " { " cip[c] " }"
+				G1[++ng1] = "delete element " T " cipdups" cipf[c] " { " cip[c] " }"
+				app(DEL, "clusterips" cipf[c], cip[c])
+			} else if (!(kk in CI2)) { CI2[kk] = 1; app(ADD, "clusterips" cipf[c], cip[c]) }
 		}
 		for (c = 1; c <= na; c++) {
 			split(aobj[c], p, "\t")
@@ -113,7 +119,7 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 	for (i = 1; i <= nas; i++) print AS[i] > out
 	for (i = 1; i <= nac; i++) print AC[i] > out
 	for (m in ADD) {
-		if (m ~ /^(svc|noep|np|noepnp)/) print "create element " T " " m " { " ADD[m] " }" > out
+		if (m ~ /^(svc|noep|np|noepnp|clusterips)/) print "create element " T " " m " { " ADD[m] " }" > out
 		else print "add element " T " " m " { " ADD[m] " }" > out
 	}
 	for (i = 1; i <= ng2; i++) print G2[i] > out

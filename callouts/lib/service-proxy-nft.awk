@@ -240,7 +240,12 @@ function full_service(line,   i, f, key, m, e, n, eps, u, w) {
 		n = split(cepsu[i], eps, "|")
 		for (e = 1; e <= n; e++) { split(eps[e], w, " "); u = cf[i] " " w[1]; if (!(u in hpseen)) { hpseen[u] = 1; add_el("hairpin" cf[i], w[1] " . " w[1]) } }
 	}
-	for (i = 1; i <= ncip; i++) { u = cipf[i] " " cip[i]; if (!(u in cipseen)) { cipseen[u] = 1; add_el("clusterips" cipf[i], cip[i]) } }
+	for (i = 1; i <= ncip; i++) {
+		u = cipf[i] " " cip[i]
+		if (!(u in cipseen)) { cipseen[u] = 1; add_el("clusterips" cipf[i], cip[i]) }
+		# held by two Services (not valid in Kubernetes): a change set to either fails (a full state decides)
+		else if (cipseen[u] == 1) { cipseen[u] = 2; add_el("cipdups" cipf[i], cip[i]) }
+	}
 }
 # A full state's elements go straight to a file per set or map
 # (eldir/fpreNAME, one "EL," line each; eldir/fprelist names them in order), added after the
@@ -318,6 +323,7 @@ function full_end(   i, f, k, p, out, nm, body, t) {
 		print decl("hairpin" f, "type ipv" f "_addr . ipv" f "_addr") > out
 		print decl("udp" f, "type ipv" f "_addr . inet_service . ipv" f "_addr . inet_service") > out
 		print decl("clusterips" f, "type ipv" f "_addr") > out
+		print decl("cipdups" f, "type ipv" f "_addr") > out
 	}
 	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 4) == "set\t") { split(AOBJ[i], p, "\t"); print "\tset " p[2] " " p[3] > out }
 	# the shared chains for 1..PRE endpoints always (a change set cannot add

@@ -315,7 +315,7 @@ export class PersistentCallout implements Callout {
   private unreachable(l: Live): void {
     if (!l.waiting) return;
     const t = setTimeout(() => {
-      if (!l.exited && !l.ending) l.waiting?.({ gone: 'stdin' });
+      if (!l.exited && !l.ending && !this.closing) l.waiting?.({ gone: 'stdin' });
     }, FD3_EXIT_WAIT_MS);
     void l.gone.then(() => clearTimeout(t));
   }

@@ -105,7 +105,7 @@ export function describeKubeError(err: unknown, verb: 'list' | 'watch', r: Resou
   if (code === NO_ANSWER) return { op, routine: false, reason: `${e?.message ?? 'no answer'} (${server})` };
   // Node's certificate verification codes (UNABLE_TO_VERIFY_LEAF_SIGNATURE, SELF_SIGNED_CERT_IN_CHAIN,
   // CERT_HAS_EXPIRED, ERR_TLS_CERT_ALTNAME_INVALID...): say which server and which setting to check.
-  if (code && /CERT|SELF_SIGNED|UNABLE_TO_(GET|VERIFY|DECRYPT)|ERR_TLS_/.test(code)) {
+  if (code && /^(CERT_|UNABLE_TO_|SELF_SIGNED|DEPTH_ZERO_SELF_SIGNED|ERR_TLS_CERT_ALTNAME)/.test(code)) {
     const what = e?.message?.split('\n')[0] ?? code;
     return {
       op,
@@ -114,6 +114,11 @@ export function describeKubeError(err: unknown, verb: 'list' | 'watch', r: Resou
         `the API server ${server}'s TLS certificate is not trusted: ${what} (${code}); check the cluster's certificate-authority` +
         ` (certificate-authority-data, tls-server-name) in the kubeconfig, or in a pod the service account's ca.crt`,
     };
+  }
+  // An alert the server sent about our client certificate (missing, expired, refused).
+  if (code && /^ERR_SSL_.*ALERT.*CERTIFICATE/.test(code)) {
+    const what = e?.message?.split('\n')[0] ?? code;
+    return { op, routine: false, reason: `the API server ${server} refused our client certificate: ${what} (${code}); check client-certificate and client-key in the kubeconfig` };
   }
   return { op, routine: false, reason: e?.message?.split('\n')[0] ?? String(err) };
 }

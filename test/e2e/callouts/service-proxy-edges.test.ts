@@ -62,6 +62,19 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
   const nft = (...args: string[]): Promise<string> => mustRun('ip', ['netns', 'exec', ns, 'nft', ...args]);
   const apply = (input: string, kind: 'full' | 'changes' = 'full') => run(NFT, input, { KPNG_CALLOUT_INPUT: kind }, ns);
 
+  await t.test('a cluster IP two Services hold: a change set to either fails, changing nothing; a full state decides', async (t) => {
+    const b = svc('d', 'b', '192.0.2.20');
+    const c = svc('d', 'c', '192.0.2.20', { ports: [{ Protocol: 1, Port: 81, TargetPort: 8080 }] });
+    t.equal((await apply(lines(b, c))).code, 0);
+    const r = await apply(lines(prev(c)), 'changes');
+    t.equal(r.code, 1, 'refused (deleting the address would leave "b" without its check)', { stderr: r.stderr });
+    t.match(r.stderr, /cipdups4/);
+    t.match(await nft('list', 'set', 'inet', 'kpng_service_proxy', 'clusterips4'), /192\.0\.2\.20/, 'the cluster IP is still checked');
+    t.equal((await apply(lines(b))).code, 0, 'the full state applies');
+    t.equal((await apply(lines(prev(b)), 'changes')).code, 0, 'then a change set removing the last holder applies');
+    t.notMatch(await nft('list', 'set', 'inet', 'kpng_service_proxy', 'clusterips4'), /192\.0\.2\.20/, 'and the address is gone');
+  });
+
   await t.test('a Service of 70 endpoints: a change set moves one (its shared chain exists, left as it is)', async (t) => {
     const many = Array.from({ length: 70 }, (_, i) => `198.51.100.${i + 1}`);
     const moved = [...many.slice(0, -1), '198.51.100.200'];

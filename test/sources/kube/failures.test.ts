@@ -88,3 +88,9 @@ t.test('a connected server that sends nothing is not "cannot reach": the timeout
   const down = describeKubeError(Object.assign(new Error('no connection in 60 s'), { code: 'ETIMEDOUT' }), 'list', services, SERVER);
   t.equal(down.unreachable, 'ETIMEDOUT', 'no connection: unreachable');
 });
+
+t.test('a TLS alert about our client certificate blames the client certificate, not the server CA', async (t) => {
+  const f = describeKubeError(Object.assign(new Error('tlsv13 alert certificate required'), { code: 'ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED' }), 'list', services, SERVER);
+  t.equal(f.reason, `the API server ${SERVER} refused our client certificate: tlsv13 alert certificate required (ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED); check client-certificate and client-key in the kubeconfig`);
+  t.notMatch(describeKubeError(Object.assign(new Error('x'), { code: 'ERR_TLS_HANDSHAKE_TIMEOUT' }), 'list', services, SERVER).reason, /not trusted/, 'another TLS error is not a CA problem');
+});
