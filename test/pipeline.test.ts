@@ -215,52 +215,33 @@ t.test('a stdout whose reader went away (EPIPE) stops the pipeline quietly, stat
   t.equal(await within(p3.status, 'the pipeline to stop'), 0);
 });
 
-t.test('kpng-json, live source, a reader slower than the source: the states meanwhile coalesce into the newest, nothing queues', async (t) => {
-  // A pipe whose reader is stalled: every write waits until `release()`.
-  const held: Array<() => void> = [];
-  const stdout = collector();
-  const write = stdout._write.bind(stdout);
-  stdout._write = (chunk, enc, cb) => void held.push(() => write(chunk, enc, cb));
-  const release = (): void => {
-    while (held.length > 0) held.shift()!();
-  };
-  const src = manualSource();
-  const p = start('kpng-json', src, { stdout });
-  const { sink } = await src.started;
+t.test('kpng-json, a reader slower than a live source or replay --watch: the states meanwhile coalesce into the newest, nothing queues', async (t) => {
   // One state is more than the stream's buffer (16 KiB): the write needs a drain.
   const big = (name: string): State => stateFromItems(Array.from({ length: 300 }, (_, i) => ({ Service: { Namespace: name, Name: `s${i}`, Type: 'ClusterIP' }, Endpoints: [] })));
   const states = ['a', 'b', 'c', 'd'].map(big);
-  for (const s of states) void sink.push(s);
-  t.ok(stdout.writableLength <= states[0]!.bytes, `only the first state is buffered (${stdout.writableLength} bytes)`);
-  while (held.length > 0) {
-    release();
-    await new Promise((r) => setImmediate(r));
+  // A live source pushes without waiting; replay --watch awaits each push before the next.
+  for (const [what, mode, awaited] of [['live', undefined, false], ['watch', 'watch', true]] as const) {
+    // A pipe whose reader is stalled: every write waits until released.
+    const held: Array<() => void> = [];
+    const stdout = collector();
+    const write = stdout._write.bind(stdout);
+    stdout._write = (chunk, enc, cb) => void held.push(() => write(chunk, enc, cb));
+    const src = manualSource();
+    const p = start('kpng-json', src, { stdout, ...(mode ? { mode } : {}) });
+    const { sink } = await src.started;
+    for (const s of states) {
+      if (awaited) await sink.push(s);
+      else void sink.push(s);
+    }
+    t.ok(stdout.writableLength <= states[0]!.bytes, `${what}: only the first state is buffered (${stdout.writableLength} bytes)`);
+    while (held.length > 0) {
+      held.shift()!();
+      await new Promise((r) => setImmediate(r));
+    }
+    t.equal(stdout.text(), stateText(states[0]!) + stateText(states[3]!), `${what}: the first state, then the newest`);
+    p.io.proc.emit('SIGTERM', 'SIGTERM');
+    t.equal(await within(p.status, 'the pipeline to stop'), 0);
   }
-  t.equal(stdout.text(), stateText(states[0]!) + stateText(states[3]!), 'the first state, then the newest');
-  p.io.proc.emit('SIGTERM', 'SIGTERM');
-  t.equal(await within(p.status, 'the pipeline to stop'), 0);
-});
-
-t.test('kpng-json replay --watch (mode watch), a stalled reader: states coalesce into the newest, nothing queues', async (t) => {
-  const held: Array<() => void> = [];
-  const stdout = collector();
-  const write = stdout._write.bind(stdout);
-  stdout._write = (chunk, enc, cb) => void held.push(() => write(chunk, enc, cb));
-  const src = manualSource();
-  const p = start('kpng-json', src, { stdout, mode: 'watch' });
-  const { sink } = await src.started;
-  const big = (name: string): State => stateFromItems(Array.from({ length: 300 }, (_, i) => ({ Service: { Namespace: name, Name: `s${i}`, Type: 'ClusterIP' }, Endpoints: [] })));
-  const states = ['a', 'b', 'c', 'd'].map(big);
-  // As replay --watch does: each push awaited before the next.
-  for (const s of states) await sink.push(s);
-  t.ok(stdout.writableLength <= states[0]!.bytes, `only the first state is buffered (${stdout.writableLength} bytes)`);
-  while (held.length > 0) {
-    held.shift()!();
-    await new Promise((r) => setImmediate(r));
-  }
-  t.equal(stdout.text(), stateText(states[0]!) + stateText(states[3]!), 'the first state, then the newest');
-  p.io.proc.emit('SIGTERM', 'SIGTERM');
-  t.equal(await within(p.status, 'the pipeline to stop'), 0);
 });
 
 t.test('SIGINT, SIGTERM and SIGHUP on the process stop the pipeline with status 0', async (t) => {
