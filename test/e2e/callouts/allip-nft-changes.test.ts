@@ -323,15 +323,23 @@ t.test('dry runs of change sets and of a persistent callout', { skip: noJq ? 'jq
 t.test('kpng-example-allip-nft change sets in the kernel', { skip: reason ?? false }, async (t) => {
   const steps = chainOfStates();
 
-  await t.test('a change set P -> N leaves exactly the table of N in full (per run and persistent)', async (t) => {
-    const stateDir = tempDir(t, 'kpng-nft-state-');
-    const env = { KPNG_ALLIP_NFT_STATE_DIR: stateDir };
-    const inc = await netns(t, 'inc');
-    const ref = await netns(t, 'ref');
-    const per = await netns(t, 'per');
-    const tmp = tempDir(t, 'kpng-nft-tmp-');
-    const p = new PersistentCallout(NFT, per, { TMPDIR: tmp });
+  /**
+   * Three namespaces named after `tag`: `inc` (change sets per run, recorded in a state directory of its own:
+   * `env`), `ref` (full states) and `per`, where `p` runs persistent (with `perEnv`).
+   */
+  const threeWays = async (t: Tap, tag: string, perEnv: NodeJS.ProcessEnv = {}) => {
+    const env = { KPNG_ALLIP_NFT_STATE_DIR: tempDir(t, 'kpng-nft-state-') };
+    const inc = await netns(t, tag);
+    const ref = await netns(t, `${tag}ref`);
+    const per = await netns(t, `${tag}per`);
+    const p = new PersistentCallout(NFT, per, perEnv);
     t.teardown(() => void p.child.stdin!.end());
+    return { env, inc, ref, per, p };
+  };
+
+  await t.test('a change set P -> N leaves exactly the table of N in full (per run and persistent)', async (t) => {
+    const tmp = tempDir(t, 'kpng-nft-tmp-');
+    const { env, inc, ref, per, p } = await threeWays(t, 'inc', { TMPDIR: tmp });
     let prev: Svc[] | undefined;
     for (const { what, state } of steps) {
       const input = prev ? changeSet(prev, state) : full(state);
@@ -367,13 +375,7 @@ t.test('kpng-example-allip-nft change sets in the kernel', { skip: reason ?? fal
   });
 
   await t.test('hand-written states out of kpng order: shared IPs go to the first in kpng order; change sets in their order apply', async (t) => {
-    const stateDir = tempDir(t, 'kpng-nft-state-');
-    const env = { KPNG_ALLIP_NFT_STATE_DIR: stateDir };
-    const inc = await netns(t, 'uo');
-    const ref = await netns(t, 'uoref');
-    const per = await netns(t, 'uoper');
-    const p = new PersistentCallout(NFT, per, {});
-    t.teardown(() => void p.child.stdin!.end());
+    const { env, inc, ref, per, p } = await threeWays(t, 'uo');
     const zeta = (l4: string, x4: string[]): Svc => ({ ns: 'zeta', name: 'b', x4, l4: [l4] });
     const alpha = (x4: string[]): Svc => ({ ns: 'alpha', name: 'a', x4, l4: ['198.51.100.3'] });
     // In the fixture's order, not kpng's: zeta first.

@@ -96,15 +96,21 @@ t.test('a 401: the credentials are refreshed and the request made once more', as
   t.equal(refreshes, 2, 'one refresh per request');
 });
 
-t.test('a rotated token file: the 401 makes it read again at once', async (t) => {
-  const srv = await served(t, new KubeApiServer({ token: 'one' }));
+/** A kubeconfig in a new directory whose user reads the token file `token` there (written with `token`), under `key`. */
+function tokenFileConfig(t: Test, url: string, key: 'token-file' | 'tokenFile', token: string): { dir: string; kubeconfig: string } {
   const dir = tempDir(t, 'kube-http-');
-  writeFileSync(join(dir, 'token'), 'one');
+  writeFileSync(join(dir, 'token'), token);
   const kubeconfig = join(dir, 'config');
   writeFileSync(
     kubeconfig,
-    `clusters: [{name: c, cluster: {server: "${srv.url}", insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token-file: token}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n`,
+    `clusters: [{name: c, cluster: {server: "${url}", insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {${key}: token}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n`,
   );
+  return { dir, kubeconfig };
+}
+
+t.test('a rotated token file: the 401 makes it read again at once', async (t) => {
+  const srv = await served(t, new KubeApiServer({ token: 'one' }));
+  const { dir, kubeconfig } = tokenFileConfig(t, srv.url, 'token-file', 'one');
   const client = await clientOf(t, srv, kubeconfig);
   await client.getBytes('/api/v1/services', {}, list);
   // The token is cached for a minute; a rotation shows as a 401 first.
@@ -119,13 +125,7 @@ t.test('a rotated token file: the 401 makes it read again at once', async (t) =>
 
 t.test("kubectl's tokenFile key, and a token file ending with a newline (trimmed, as client-go does)", async (t) => {
   const srv = await served(t, new KubeApiServer({ token: 'sekret' }));
-  const dir = tempDir(t, 'kube-http-');
-  writeFileSync(join(dir, 'token'), 'sekret\n');
-  const kubeconfig = join(dir, 'config');
-  writeFileSync(
-    kubeconfig,
-    `clusters: [{name: c, cluster: {server: "${srv.url}", insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {tokenFile: token}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n`,
-  );
+  const { kubeconfig } = tokenFileConfig(t, srv.url, 'tokenFile', 'sekret\n');
   const client = await clientOf(t, srv, kubeconfig);
   await client.getBytes('/api/v1/services', {}, list);
   t.same(

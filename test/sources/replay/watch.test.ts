@@ -17,6 +17,16 @@ import { within } from '../../helpers/wait.js';
 
 const opts = (paths: string[], extra: Partial<WatchOptions> & { logger: Logger }): WatchOptions => ({ paths, ...blogView, ...extra });
 
+/** Starts a watch of `paths` (debounce 20 ms) into a gated sink, with a captured log; stopped at the test's end. */
+function watching(t: Test, paths: string[], extra: Partial<WatchOptions> = {}) {
+  const log = captureLog();
+  const s = gatedSink(true);
+  const ac = new AbortController();
+  const done = runWatch(opts(paths, { debounceMs: 20, logger: log.logger, ...extra }), s.sink, ac.signal);
+  t.teardown(() => ac.abort());
+  return { log, s, ac, done };
+}
+
 t.test('--watch: edits re-run, a broken fixture keeps the last good state, new files and the callout re-run', async (t) => {
   const dir = tempDir(t, 'replay-test-');
   const fx = join(dir, 'fixtures');
@@ -25,11 +35,7 @@ t.test('--watch: edits re-run, a broken fixture keeps the last good state, new f
   writeFileSync(join(fx, 'b.jsonl'), stateLine('b1'));
   const callout = join(dir, 'callout.sh');
   writeFileSync(callout, '#!/bin/sh\ncat\n');
-  const log = captureLog();
-  const s = gatedSink(true);
-  const ac = new AbortController();
-  const done = runWatch(opts([fx], { watchExtra: [callout], debounceMs: 20, logger: log.logger }), s.sink, ac.signal);
-  t.teardown(() => ac.abort());
+  const { log, s, ac, done } = watching(t, [fx], { watchExtra: [callout] });
   t.equal(await s.waitFor(1), stateLine('a1'));
   t.equal(await s.waitFor(2), stateLine('b1'));
   await log.waitFor(/watching .* for changes/);
@@ -72,11 +78,7 @@ t.test('--watch on a single file survives many rounds of two atomic saves millis
   const dir = tempDir(t, 'replay-test-');
   const fx = join(dir, 's.jsonl');
   writeFileSync(fx, stateLine('r0'));
-  const log = captureLog();
-  const s = gatedSink(true);
-  const ac = new AbortController();
-  const done = runWatch(opts([fx], { debounceMs: 20, logger: log.logger }), s.sink, ac.signal);
-  t.teardown(() => ac.abort());
+  const { log, s, ac, done } = watching(t, [fx]);
   t.equal(await s.waitFor(1), stateLine('r0'));
   await log.waitFor(/watching .* for changes/);
   for (let i = 1; i <= ROUNDS; i++) {
@@ -98,11 +100,7 @@ async function watchWithCallout(t: Test, extra: Partial<WatchOptions> = {}) {
   writeFileSync(fx, stateLine('x'));
   const callout = join(dir, 'callout.sh');
   writeFileSync(callout, '#!/bin/sh\n# 0\n');
-  const log = captureLog();
-  const s = gatedSink(true);
-  const ac = new AbortController();
-  const done = runWatch(opts([fx], { watchExtra: [callout], debounceMs: 20, logger: log.logger, ...extra }), s.sink, ac.signal);
-  t.teardown(() => ac.abort());
+  const { log, s, ac, done } = watching(t, [fx], { watchExtra: [callout], ...extra });
   await s.waitFor(1);
   await log.waitFor(/watching .* for changes/);
   return { fx, callout, log, s, ac, done };
@@ -179,11 +177,7 @@ t.test('--watch: a fixture seen while it is written in steps is run once, whole;
   const version = (n: number): string => blogYaml.replaceAll('10.0.0.55', `10.0.0.${n}`);
   const expected = (n: number): string => blogJsonl.replaceAll('10.0.0.55', `10.0.0.${n}`);
   writeFileSync(fx, version(1));
-  const log = captureLog();
-  const s = gatedSink(true);
-  const ac = new AbortController();
-  const done = runWatch(opts([fx], { debounceMs: 20, logger: log.logger }), s.sink, ac.signal);
-  t.teardown(() => ac.abort());
+  const { log, s, ac, done } = watching(t, [fx]);
   await s.waitFor(1);
   await log.waitFor(/watching .* for changes/);
   // A program writing the new content in two steps, with a pause longer than the debounce: cut mid-line.
@@ -221,11 +215,7 @@ t.test('--watch: paths that appear later, a directory made again, a symlink poin
   writeFileSync(join(dir, 't2.jsonl'), stateLine('t2'));
   const link = join(dir, 'link.jsonl');
   symlinkSync(join(dir, 't1.jsonl'), link);
-  const log = captureLog();
-  const s = gatedSink(true);
-  const ac = new AbortController();
-  const done = runWatch(opts([later, states, join(sub, 'f.jsonl'), link], { debounceMs: 20, logger: log.logger }), s.sink, ac.signal);
-  t.teardown(() => ac.abort());
+  const { log, s, ac, done } = watching(t, [later, states, join(sub, 'f.jsonl'), link]);
   t.equal(await s.waitFor(1), stateLine('sub1'));
   t.equal(await s.waitFor(2), stateLine('t1'));
   await log.waitFor(/watching .* for changes/);
@@ -276,11 +266,7 @@ t.test('--watch: a callout truncated, then written after a pause, runs the last 
 t.test('--watch: a new fixture that stays empty for a while (`> file` of a slow writer) runs only with its content', async (t) => {
   const dir = tempDir(t, 'replay-test-');
   writeFileSync(join(dir, 'a.jsonl'), stateLine('a'));
-  const log = captureLog();
-  const s = gatedSink(true);
-  const ac = new AbortController();
-  const done = runWatch(opts([dir], { debounceMs: 20, logger: log.logger }), s.sink, ac.signal);
-  t.teardown(() => ac.abort());
+  const { log, s, ac, done } = watching(t, [dir]);
   await s.waitFor(1);
   await log.waitFor(/watching .* for changes/);
   writeFileSync(join(dir, 'b.jsonl'), '');
