@@ -221,12 +221,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
     };
     // Replay: a stop signal that came while a fixture was read and parsed (synchronous work) is seen first.
     // replay --watch is a daemon's source too: a stalled reader gets the newest state, not a queue of them.
-    deliver =
-      mode === 'live'
-        ? printLive
-        : mode === 'watch'
-          ? (state) => afterPendingSignals().then(() => printLive(state))
-          : (state) => afterPendingSignals().then(() => print(state));
+    deliver = mode === 'live' ? printLive : (state) => afterPendingSignals().then(() => (mode === 'watch' ? printLive : print)(state));
   } else {
     const r = spec.runner!;
     // Loaded only for kpng-callout: kpng-json has no runner, and start-up time counts (a first sync).

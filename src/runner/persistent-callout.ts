@@ -72,8 +72,6 @@ interface Live {
   program: string | undefined;
   /** A frame waits for its successor: its going away is not told as lost (the frame hands the newest state over). */
   replaced: boolean;
-  /** Its stdin failed (it closed it): no frame reaches it any more. */
-  stdinClosed: boolean;
 }
 
 /** Runs one long-lived callout process; see the module comment. */
@@ -169,7 +167,8 @@ export class PersistentCallout implements Callout {
     for (const chunk of input.chunks) stdin.write(chunk);
     stdin.write('\n');
     stdin.uncork();
-    if (l.stdinClosed) this.unreachable(l);
+    // Its stdin failed before (it closed it): a write to it now is dropped without an error.
+    if (stdin.destroyed) this.unreachable(l);
     const timer = this.timeoutMs > 0 ? setTimeout(() => l.waiting?.({ gone: 'timeout' }), this.timeoutMs) : undefined;
     const done = (async (): Promise<RunResult> => {
       const end = await ended;
@@ -273,10 +272,9 @@ export class PersistentCallout implements Callout {
     const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
     child.on('error', (err) => this.log.debug(`persistent callout process error: ${err.message}`, fields));
     const stdin = child.stdin as Writable;
-    const l: Live = { child, group, output, lines, exited: false, fresh: true, waiting: undefined, ending: false, gone: exit, program: programStamp(this.options.file), replaced: false, stdinClosed: false };
+    const l: Live = { child, group, output, lines, exited: false, fresh: true, waiting: undefined, ending: false, gone: exit, program: programStamp(this.options.file), replaced: false };
     stdin.on('error', (err: NodeJS.ErrnoException) => {
       this.log.debug(`writing to the persistent callout: ${err.message}`, { ...fields, code: err.code });
-      l.stdinClosed = true;
       this.unreachable(l);
     });
     l.gone = (async () => {
