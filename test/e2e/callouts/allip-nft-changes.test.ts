@@ -32,6 +32,15 @@ import { frame, PersistentCallout } from '../../helpers/persistent-callout.js';
 import { pollUntil } from '../../helpers/wait.js';
 
 const NFT = repoPath('callouts/kpng-example-allip-nft');
+
+/** A process's command line, '' once it is gone (a group's short-lived members come and go while it is read). */
+function cmdline(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return '';
+  }
+}
 const IPT = repoPath('callouts/kpng-example-allip');
 
 // ---------------------------------------------------------------- states and change sets
@@ -463,7 +472,7 @@ t.test('kpng-example-allip-nft change sets in the kernel', { skip: reason ?? fal
     t.equal(await p.frame('full', full([a, b])), 'ok');
 
     // nft -i ends (killed): the session goes on through nft -f.
-    const nfti = groupMembers(p.pgid).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8') === 'nft\0-i\0');
+    const nfti = groupMembers(p.pgid).filter((pid) => cmdline(pid) === 'nft\0-i\0');
     t.equal(nfti.length, 1, 'one nft -i');
     process.kill(nfti[0]!, 'SIGKILL');
     t.equal(await p.frame('changes', changeSet([a, b], [a2, b])), 'ok', 'a change set after nft -i was killed');
