@@ -20,8 +20,9 @@ import { Scripts, Sink, st } from './harness.js';
  * (`crash` exits 3, `hang` never acks, `twice` acks ok twice, `late` acks ok
  * then `error late` 0.2 s later, `okerror` acks ok and `error stray` at once, `closefd3` acks ok and closes fd 3,
  * `closeexit` closes fd 3 and exits 3 a moment later, `okexit` acks ok and exits 0 (its
- * grandchild keeps its stderr), `eofexit` reads to EOF, then acks ok and exits, `closein` acks ok, closes
- * its stdin and lives on; anything else is
+ * grandchild keeps its stderr), `eofexit` reads to EOF, then acks ok and exits, `closein` closes its stdin,
+ * then acks ok and lives on (in that order: a frame written before the close sits in the pipe unread, and only
+ * --timeout can tell); anything else is
  * written as it is), else `ok`.
  */
 const reader = `echo $$ > "$DIR/pid"
@@ -46,7 +47,7 @@ while IFS= read -r header; do
     closeexit) exec 3>&-; sleep 0.05; exit 3 ;;
     okexit) echo ok >&3; exit 0 ;;
     eofexit) cat > /dev/null; echo "eof seen" >&2; echo ok >&3; exit 0 ;;
-    closein) echo ok >&3; exec 0<&-; sleep 1000 ;;
+    closein) exec 0<&-; echo ok >&3; sleep 1000 ;;
     *) echo "$a" >&3 ;;
   esac
 done
