@@ -80,7 +80,15 @@ export async function main(tool: Tool, io: CliIO = { argv: process.argv, env: pr
   };
   for (const s of STOP_SIGNALS) io.proc.on(s, onStop);
   let pipeline: Promise<number> | undefined;
-  const program = buildProgram(tool, io, out, (p) => (pipeline = p));
+  // The command whose --help tells about a usage error's option.
+  let helpOf: string = tool;
+  const program = buildProgram(
+    tool,
+    io,
+    out,
+    (p) => (pipeline = p),
+    (command) => (helpOf = `${tool} ${command}`),
+  );
   let code: number;
   try {
     await program.parseAsync(io.argv);
@@ -91,7 +99,7 @@ export async function main(tool: Tool, io: CliIO = { argv: process.argv, env: pr
       code = err.exitCode === 0 ? 0 : 2;
     } else if (err instanceof CalloutError) {
       out.error(err.message);
-      if (err.code === 'usage') out.hint(`(run ${tool} --help for usage)`);
+      if (err.code === 'usage') out.hint(`(run ${helpOf} --help for usage)`);
       code = err.exitCode ?? (err.code === 'usage' ? 2 : 1);
     } else {
       out.error(`internal error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);

@@ -115,8 +115,12 @@ function optionsOf<T>(cmd: Command): T {
   return own as T;
 }
 
-/** Builds the commander program for one tool. `done` receives the pipeline's exit status. */
-export function buildProgram(tool: Tool, io: CliIO, out: ErrorOutput, done: (p: Promise<number>) => void): Command {
+/**
+ * Builds the commander program for one tool. `done` receives the pipeline's
+ * exit status; `entered`, the name of a subcommand as its parsing begins
+ * (whose --help then tells about the options of a usage error).
+ */
+export function buildProgram(tool: Tool, io: CliIO, out: ErrorOutput, done: (p: Promise<number>) => void, entered?: (command: string) => void): Command {
   const version = readVersion();
   const what =
     tool === 'kpng-json'
@@ -142,7 +146,8 @@ export function buildProgram(tool: Tool, io: CliIO, out: ErrorOutput, done: (p: 
     // Options after a subcommand's name are the subcommand's, not the program's.
     .enablePositionalOptions()
     // A stray word is most likely a mistyped command: say so rather than "too many arguments".
-    .allowExcessArguments(true);
+    .allowExcessArguments(true)
+    .hook('preSubcommand', (_root, sub) => entered?.(sub.name()));
   addKpngOptions(addCommonOptions(program, tool, version));
   program.action(async (o: CommonFlags & KpngFlags, cmd: Command) => {
     const word = cmd.args[0];

@@ -47,7 +47,9 @@ t.test('usage errors: exit 2, `tool: message` and a pointer to --help', async (t
     ['kpng-json', ['replay', '--frobnicate', blogJsonlPath], "kpng-json: unknown option '--frobnicate'", '(run kpng-json replay --help for usage)'],
     ['kpng-callout', ['--debounce', 'fast'], 'kpng-callout: --debounce "fast": expected a duration such as 100ms, 1s, 1m30s (or 0)', '(run kpng-callout --help for usage)'],
     ['kpng-callout', ['--once-timeout', '1s'], 'kpng-callout: --once-timeout needs --once', '(run kpng-callout --help for usage)'],
-    ['kpng-json', ['replay', '-', '-'], 'kpng-json: - (stdin) can be given only once', '(run kpng-json --help for usage)'],
+    ['kpng-json', ['replay', '-', '-'], 'kpng-json: - (stdin) can be given only once', '(run kpng-json replay --help for usage)'],
+    ['kpng-callout', ['kube', '--debounce', 'fast'], 'kpng-callout: --debounce "fast": expected a duration such as 100ms, 1s, 1m30s (or 0)', '(run kpng-callout kube --help for usage)'],
+    ['kpng-callout', ['replay', '--watch-interval', '2s', blogJsonlPath], 'kpng-callout: --watch-interval needs --watch-poll', '(run kpng-callout replay --help for usage)'],
     ['kpng-json', ['reply'], "kpng-json: unknown command 'reply' (did you mean replay?); commands: kube, replay, or none for a kpng controller", '(run kpng-json --help for usage)'],
   ];
   for (const [tool, args, message, hint] of cases) {
@@ -70,7 +72,7 @@ t.test('--log-format json: fatal errors, command-line ones included, are JSON li
     const recs = records(r);
     t.match(recs, [
       { level: 'error', msg: /^--debounce "fast": expected a duration/ },
-      { level: 'info', msg: '(run kpng-callout --help for usage)' },
+      { level: 'info', msg: `(run kpng-callout${args[0] === 'replay' ? ' replay' : ''} --help for usage)` },
     ]);
     t.equal(recs.length, 2);
     for (const rec of recs) t.match(rec.time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/, 'an ISO time');

@@ -63,7 +63,15 @@ export async function kpngSourceFrom(o: KpngFlags, common: CommonOptions): Promi
         key: o.tlsKey !== undefined ? readOptFile('--tls-key', o.tlsKey) : undefined,
       }
     : undefined;
-  const { createKpngSource } = await import('../sources/kpng.js');
+  const { checkTlsMaterial, createKpngSource } = await import('../sources/kpng.js');
+  if (tls) {
+    // Checked here, where the options and files have names (the source would only say "TLS files").
+    try {
+      checkTlsMaterial(tls, { ca: `--tls-ca ${o.tlsCa}`, cert: `--tls-crt ${o.tlsCrt}`, key: `--tls-key ${o.tlsKey}` });
+    } catch (err) {
+      throw new CalloutError('usage', (err as Error).message, { cause: err });
+    }
+  }
   return createKpngSource({
     api: o.api.text,
     nodeName: common.nodeName,

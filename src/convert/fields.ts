@@ -43,7 +43,8 @@ export function describeValue(v: unknown): string {
   if (v === null) return 'null';
   if (Array.isArray(v)) return 'a list';
   if (typeof v === 'object') return 'an object';
-  if (typeof v === 'string') return JSON.stringify(v);
+  // A long string (a whole text file read as one YAML scalar) is cut: the message names the place, not the content.
+  if (typeof v === 'string') return v.length > 80 ? `${JSON.stringify(v.slice(0, 80)).slice(0, -1)}…" (${v.length} characters)` : JSON.stringify(v);
   return String(v);
 }
 

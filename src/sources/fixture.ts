@@ -74,9 +74,11 @@ const located = (err: ConversionError): string => (err.path.length > 0 ? `${form
  */
 function flatten(entries: readonly Entry[], file: string): Entry[] {
   const flat: Entry[] = [];
-  const add = (e: Entry): void => {
+  // Only a top-level array is flattened: a list inside a list is no fixture form, and
+  // following lists at any depth overflowed the stack on a deeply nested one.
+  const add = (e: Entry, top = false): void => {
     const v = e.value as Record<string, unknown> | null;
-    if (Array.isArray(v)) {
+    if (top && Array.isArray(v)) {
       v.forEach((x, i) => add({ value: x, locate: (path) => e.locate([i, ...path]) }));
       return;
     }
@@ -95,7 +97,7 @@ function flatten(entries: readonly Entry[], file: string): Entry[] {
     }
     flat.push(e);
   };
-  entries.forEach(add);
+  for (const e of entries) add(e, true);
   return flat;
 }
 

@@ -16,7 +16,7 @@
  *   same failure again at most once a minute (debug in between; see
  *   createRepeatFilter).
  */
-import { X509Certificate } from 'node:crypto';
+import { createPrivateKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import * as grpc from '@grpc/grpc-js';
 import { unmarshalService, marshalWatchReq, type OpItem, type Ref } from '../codec.js';
@@ -93,17 +93,39 @@ function isServiceError(err: unknown): err is grpc.ServiceError {
 
 const pemCertificate = /-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----/g;
 
-/** Throws unless `pem` holds at least one certificate and all of them parse. */
-function checkCertificates(pem: Buffer, what: string): void {
+/** The certificates of `pem`, each parsed; throws unless there is at least one and all of them parse. */
+function certificates(pem: Buffer, what: string): X509Certificate[] {
   const blocks = pem.toString('latin1').match(pemCertificate);
   if (!blocks) throw new Error(`${what}: no PEM certificate found`);
-  for (const block of blocks) {
+  return blocks.map((block) => {
     try {
-      new X509Certificate(block);
+      return new X509Certificate(block);
     } catch (err) {
       throw new Error(`${what}: ${(err as Error).message}`, { cause: err });
     }
+  });
+}
+
+/**
+ * Throws (an Error whose message starts with the part's name from `names`)
+ * unless the TLS material is usable: a CA bundle and a certificate chain
+ * with certificates that parse (Node accepts a CA bundle without any
+ * certificate in it, and then fails every handshake), a private key, both
+ * or neither of certificate and key, and the key the certificate's.
+ */
+export function checkTlsMaterial(tls: KpngTlsOptions, names: { ca: string; cert: string; key: string } = { ca: 'CA', cert: 'certificate', key: 'key' }): void {
+  if (tls.ca) certificates(tls.ca, names.ca);
+  const chain = tls.cert ? certificates(tls.cert, names.cert) : undefined;
+  if (chain && !tls.key) throw new Error(`${names.cert}: a client certificate needs its key`);
+  if (tls.key && !chain) throw new Error(`${names.key}: a client key needs its certificate`);
+  if (!chain || !tls.key) return;
+  let key: KeyObject;
+  try {
+    key = createPrivateKey(tls.key);
+  } catch (err) {
+    throw new Error(`${names.key}: not a PEM private key (${(err as Error).message})`, { cause: err });
   }
+  if (!chain[0]!.checkPrivateKey(key)) throw new Error(`${names.key}: not the key of the certificate in ${names.cert}`);
 }
 
 function setName(set: number): string {
@@ -127,12 +149,7 @@ export function createKpngSource(options: KpngSourceOptions): Source {
     const tls = options.tls;
     if (!tls || (!tls.ca && !tls.cert && !tls.key)) return grpc.credentials.createInsecure();
     try {
-      // Node accepts a CA bundle without any certificate in it (and then
-      // fails every handshake): check the PEM ourselves.
-      if (tls.ca) checkCertificates(tls.ca, 'CA');
-      if (tls.cert) checkCertificates(tls.cert, 'certificate');
-      if (tls.cert && !tls.key) throw new Error('a client certificate needs its key');
-      if (tls.key && !tls.cert) throw new Error('a client key needs its certificate');
+      checkTlsMaterial(tls);
       return grpc.credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null);
     } catch (err) {
       // Bad PEM will not get better by retrying.

@@ -143,8 +143,9 @@ function runKube(options: KubeSourceOptions, sink: StateSink, signal: AbortSigna
       if (!announcedSync) {
         announcedSync = true;
         log.info('initial lists complete', { services: state.services, endpoints: state.endpoints, slices: view.sliceCount, zone: view.zone ?? '' });
-        // A wrong --node-name ($NODE_NAME, or a hostname that is not the Node's name) otherwise goes unnoticed: no endpoint is Local.
-        if (!view.nodeKnown) log.warn(`node ${nodeName}: no such Node in the API: no endpoint is Local and hinted endpoints are left out; set --node-name (or $NODE_NAME) to this node's name as \`kubectl get nodes\` shows it`);
+        // A wrong --node-name ($NODE_NAME, or a hostname that is not the Node's name) otherwise goes unnoticed:
+        // Local only marks endpoints whose nodeName is that name (none, when it is wrong).
+        if (!view.nodeKnown) log.warn(`node ${nodeName}: no such Node in the API: its zone is unknown (endpoints with topology hints are left out) and only endpoints whose nodeName is ${nodeName} are Local; set --node-name (or $NODE_NAME) to this node's name as \`kubectl get nodes\` shows it`);
       }
       if (lastPushed && sameState(lastPushed, state)) return;
       lastPushed = state;

@@ -1,7 +1,8 @@
 /**
  * The default command's source: the kpng options parsed into typed values,
- * the TLS flags checked as a pair and their files read at startup (a missing
- * file is a usage error naming the flag), and the source built from them
+ * the TLS flags checked as a pair and their files read and checked at startup
+ * (a missing file, or one without what its flag needs, is a usage error naming
+ * the flag and the file), and the source built from them
  * talking to a real localv1 server on loopback, plain and with mutual TLS.
  */
 import { writeFileSync } from 'node:fs';
@@ -72,8 +73,30 @@ t.test('a TLS file that cannot be read is a usage error at startup, naming the f
     [['--tls-crt', pem, '--tls-key', join(dir, 'nope.key')], `--tls-key ${join(dir, 'nope.key')}: cannot read file (ENOENT)`],
   ];
   for (const [args, message] of cases) await t.rejects(() => kpngSourceFrom(flags(args), common), { name: 'CalloutError', code: 'usage', message }, args.join(' '));
-  // Readable files are only read here: what is in them is the source's to judge, when it runs.
-  await t.resolves(() => kpngSourceFrom(flags(['--tls-ca', pem]), common));
+  // What is in them is judged at startup too, naming the flag and the file.
+  await t.rejects(() => kpngSourceFrom(flags(['--tls-ca', pem]), common), { code: 'usage', message: `--tls-ca ${pem}: no PEM certificate found` });
+});
+
+t.test('TLS files that do not hold what their flag needs are usage errors naming the flag and the file', { skip: opensslMissing() ?? false }, async (t) => {
+  const certs = makeCerts(t);
+  const common = commonOptions();
+  const file = (name: string, data: Buffer | string): string => {
+    const p = join(dir, name);
+    writeFileSync(p, data);
+    return p;
+  };
+  const crt = file('bad-client.crt', certs.clientCert);
+  const key = file('bad-client.key', certs.clientKey);
+  const text = file('hostname.txt', 'vm-7\n');
+  const other = file('bad-server.key', certs.serverKey);
+  const cases: Array<[string[], string]> = [
+    [['--tls-crt', crt, '--tls-key', text], `--tls-key ${text}: not a PEM private key`],
+    [['--tls-crt', key, '--tls-key', key], `--tls-crt ${key}: no PEM certificate found`],
+    [['--tls-crt', crt, '--tls-key', other], `--tls-key ${other}: not the key of the certificate in --tls-crt ${crt}`],
+    [['--tls-ca', key], `--tls-ca ${key}: no PEM certificate found`],
+  ];
+  for (const [args, message] of cases) await t.rejects(() => kpngSourceFrom(flags(args), common), { name: 'CalloutError', code: 'usage', message: new RegExp(`^${message.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}`) }, args.join(' '));
+  await t.resolves(() => kpngSourceFrom(flags(['--tls-ca', file('bad-ca.crt', certs.ca), '--tls-crt', crt, '--tls-key', key]), common), 'matching files pass');
 });
 
 t.test('the source built from the options watches our node on --api, plain', async (t) => {

@@ -74,7 +74,7 @@ t.test('bad input: file:line:col: reason, no stack trace, exit 1, nothing run', 
   t.equal(r.stdout, '', 'nothing ran');
   t.equal(r.stderr, 'kpng-callout: bad.yaml:7:11: spec.ports[0].port: expected an integer, got "eighty"');
   const u = await finished(runBin(t, 'kpng-json', ['replay', '--watch', '-']));
-  t.same([u.code, u.stderr], [2, 'kpng-json: --watch cannot watch - (stdin)\n(run kpng-json --help for usage)']);
+  t.same([u.code, u.stderr], [2, 'kpng-json: --watch cannot watch - (stdin)\n(run kpng-json replay --help for usage)']);
   const m = await finished(runBin(t, 'kpng-json', ['replay', 'missing.yaml'], { cwd: dir }));
   t.same([m.code, m.stderr], [1, 'kpng-json: missing.yaml: no such file or directory']);
 });

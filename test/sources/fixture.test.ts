@@ -252,3 +252,21 @@ t.test('a Service path (namespace/name) twice among kpng-json items is refused, 
   const clash = '{"Service":{"Namespace":"a","Name":"b/c"},"Endpoints":null}\n{"Service":{"Namespace":"a/b","Name":"c"},"Endpoints":null}\n';
   t.throws(() => parseFixture(clash, 'c.jsonl', blogView), { code: 'input', message: /appears twice/ });
 });
+
+t.test('a list inside a list, or nested deeply, is bad input (file:line:col), not a crash', async (t) => {
+  t.equal(errorOf('[[{"Service":{"Namespace":"a","Name":"b"}}]]', 'n.json'), 'n.json:1:2: expected a Kubernetes object, got a list');
+  const deep = '['.repeat(20000) + ']'.repeat(20000);
+  t.match(errorOf(deep, 'deep.json'), /^deep\.json:1:2: expected a Kubernetes object, got a list$/);
+});
+
+t.test('a long string where an object was expected is cut in the message', async (t) => {
+  const text = 'not yaml at all '.repeat(10000);
+  const msg = errorOf(text, 'big.txt');
+  t.ok(msg.length < 300, `short message (${msg.length} characters)`);
+  t.match(msg, /^big\.txt:1:1: expected a Kubernetes object, got "not yaml at all .*…" \(\d+ characters\)$/);
+});
+
+t.test('YAML nested too deeply for the readers is bad input with its place, not an internal error', async (t) => {
+  t.match(errorOf('['.repeat(3000) + ']'.repeat(3000), 'deep.yaml'), /^deep\.yaml:1:\d+: nested too deeply$/);
+  t.match(errorOf('{a: '.repeat(3000) + '1' + '}'.repeat(3000), 'deep.yaml'), /^deep\.yaml:1:\d+: nested too deeply$/);
+});
