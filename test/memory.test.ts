@@ -18,7 +18,9 @@ t.test('collects after a quiet period and once more for the young generation, no
     await sleep(10); // pokes closer together than the quiet time
   }
   t.equal(collections, 0, 'no collection while states keep coming');
-  await pollUntil(() => collections === 1, 'the collection after the quiet period', 2000);
+  // At least one: the second collection follows 60 ms later, and a poll (every 20 ms) held up that long
+  // on a loaded machine sees 2 first; an exact 1 would then never be seen.
+  await pollUntil(() => collections >= 1, 'the collection after the quiet period', 2000);
   await pollUntil(() => collections === 3, 'the young-generation collections', 2000);
   await sleep(150);
   t.equal(collections, 3, 'three times per quiet period');

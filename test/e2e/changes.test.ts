@@ -160,8 +160,10 @@ while IFS= read -r h; do
 done
 `,
   );
-  const c = runBin(t, 'kpng-callout', ['replay', '--watch', '--persistent', '--changes', '--timeout', '500ms', '--retry-min', '100ms', '--retry-max', '100ms', '--callout', callout, files[0]!]);
-  await c.line('stderr', /not acknowledged within 500ms/);
+  // --timeout runs from the frame's first byte, written as the script starts: long enough for the first
+  // process to read its frame and mark itself hung on a loaded machine (else the second one hangs too).
+  const c = runBin(t, 'kpng-callout', ['replay', '--watch', '--persistent', '--changes', '--timeout', '3s', '--retry-min', '100ms', '--retry-max', '100ms', '--callout', callout, files[0]!]);
+  await c.line('stderr', /not acknowledged within 3000ms/);
   await c.line('stderr', /retrying the callout in/);
   await c.line('stderr', /callout run finished/);
   t.equal(readFileSync(join(dir, 'frames'), 'utf8'), '{"Frame":{"Seq":1,"Input":"full"}}\n{"Frame":{"Seq":2,"Input":"full"}}\n');

@@ -25,18 +25,20 @@ const oneService: Revision = [{ op: 'set', set: 'services', path: 'default/a', v
 t.test('a hung callout with a grandchild: both killed at --timeout, no zombie left, then retried', async (t) => {
   const server = await serve(t, [oneService]);
   const hung = script('hung', `cat >/dev/null; sleep 300 & echo "pid $$ child $!" >&2; wait\n`);
-  const p = runBin(t, 'kpng-callout', ['--api', server.address, '--node-name', 'n', '--callout', hung, '--debounce', '0', '--timeout', '500ms', '--retry-min', '10s', '--metrics-addr', '127.0.0.1:0']);
+  // --timeout runs from the spawn: long enough for the script to start its grandchild and say so, and for
+  // the test to look at the group before it is killed, on a loaded machine.
+  const p = runBin(t, 'kpng-callout', ['--api', server.address, '--node-name', 'n', '--callout', hung, '--debounce', '0', '--timeout', '3s', '--retry-min', '10s', '--metrics-addr', '127.0.0.1:0']);
   const base = await metricsBase(p);
   const m = /pid (\d+) child (\d+)/.exec(await p.line('stderr', /pid \d+ child \d+/))!;
   const [pid, child] = [Number(m[1]), Number(m[2])];
   t.equal(procStat(child)?.pgrp, pid, 'the grandchild is in the callout group');
-  await p.line('stderr', /callout run 1 timed out after 500ms; its process group was killed/);
+  await p.line('stderr', /callout run 1 timed out after 3000ms; its process group was killed/);
   await pollUntil(() => groupMembers(pid).length === 0, 'the group to be gone');
   t.equal(procStat(pid), undefined, 'the callout was reaped (no zombie)');
   t.not(procStat(child)?.state, 'S', 'the grandchild is not running');
   t.same(zombieChildren(p.proc.pid!), [], 'kpng-callout leaves no zombie child');
   const after = await scrapeUntil(base, (x) => x.get('kpng_callout_runs_total{result="timeout"}') === 1, 'the timeout');
-  t.ok(after.get('kpng_callout_run_duration_seconds_sum')! >= 0.5);
+  t.ok(after.get('kpng_callout_run_duration_seconds_sum')! >= 3);
   t.equal(after.get('kpng_callout_retries_total'), 1);
   t.match(await check(base, '/healthz'), { status: 200, body: /retrying after run 1 timeout/ });
   p.proc.kill('SIGTERM');

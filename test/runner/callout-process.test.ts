@@ -31,32 +31,35 @@ function makeCallout(extra: Partial<CalloutProcessOptions> & { file: string }) {
 }
 
 t.test('timeout kills the whole process group, grandchild included', async (t) => {
+  // The timeout runs from the spawn: it must leave the script time to start its grandchild and say
+  // `ready` (sh start-up alone takes 200 ms and more on a loaded machine), else the group is ended
+  // before the marker the test waits for, and the test hangs.
   t.test('SIGTERM is enough: done well before the SIGKILL grace', async (t) => {
     const s = scripts.groupScript(false);
-    const { run, out, log } = makeCallout({ file: s.file, timeoutMs: 300, killGraceMs: 5000 });
+    const { run, out, log } = makeCallout({ file: s.file, timeoutMs: 2000, killGraceMs: 60_000 });
     const p = run(st('x'));
     await out.waitFor('ready');
     const { pid, gpid } = scripts.groupPids(s);
     const res = await p;
     t.equal(res.result, 'timeout');
     t.equal(res.signal, 'SIGTERM');
-    t.equal(res.message, 'callout run 1 timed out after 300ms; its process group was killed');
+    t.equal(res.message, 'callout run 1 timed out after 2000ms; its process group was killed');
     t.notOk(res.stopped, 'a timeout is a failure, not our stop');
-    t.ok(res.durationMs < 4000, `did not wait for the SIGKILL grace (${res.durationMs}ms)`);
+    t.ok(res.durationMs < 30_000, `did not wait for the SIGKILL grace (${res.durationMs}ms)`);
     t.ok(!pidAlive(pid), 'callout gone');
     t.ok(!pidAlive(gpid), 'grandchild gone');
-    t.match(log.matching(/timed out/), [/debug: callout run 1 timed out: SIGTERM its group run=1 timeoutMs=300$/]);
+    t.match(log.matching(/timed out/), [/debug: callout run 1 timed out: SIGTERM its group run=1 timeoutMs=2000$/]);
   });
   t.test('SIGTERM ignored: SIGKILL after the grace; a grandchild holding stdout does not block', async (t) => {
     const s = scripts.groupScript(true);
-    const { run, out, log } = makeCallout({ file: s.file, timeoutMs: 200, killGraceMs: 200 });
+    const { run, out, log } = makeCallout({ file: s.file, timeoutMs: 2000, killGraceMs: 200 });
     const p = run(st('x'));
     await out.waitFor('ready');
     const { pid, gpid } = scripts.groupPids(s);
     const res = await p;
     t.equal(res.result, 'timeout');
     t.equal(res.signal, 'SIGKILL');
-    t.ok(res.durationMs >= 350, `waited for the grace (${res.durationMs}ms)`);
+    t.ok(res.durationMs >= 2150, `waited for the grace (${res.durationMs}ms)`);
     t.ok(!pidAlive(pid), 'callout gone');
     t.ok(!pidAlive(gpid), 'grandchild gone');
     t.ok(log.matching(/still running after SIGTERM: SIGKILL it run=1$/).length === 1);

@@ -137,9 +137,11 @@ t.test('a crash fails the frame, ends the group (grandchild too); the next frame
 });
 
 t.test('no ack within the timeout: killed with its group, restarted with a full frame', async (t) => {
-  const c = setup(t, { timeoutMs: 300 });
+  // The timeout runs from the frame's first byte, written as the script starts: it must outlast the
+  // script's start-up on a loaded machine, or the group is killed before the script saved $DIR/gpid.
+  const c = setup(t, { timeoutMs: 2000 });
   c.setAck(1, 'hang');
-  t.match(await c.callout.start(c.req(A)).done, { result: 'timeout', message: /not acknowledged within 300ms/ });
+  t.match(await c.callout.start(c.req(A)).done, { result: 'timeout', message: /not acknowledged within 2000ms/ });
   await waitGone(c.gpid());
   rmSync(join(c.dir, 'ack-1'));
   t.match(await c.callout.start(c.req(AB, A)).done, { result: 'ok' });

@@ -97,11 +97,12 @@ if [ $n -lt 3 ]; then echo "boom $n" >&2; exit 7; fi`);
 
 t.test('a timeout is logged as a failure, a stop is not', async (t) => {
   const s = scripts.groupScript(false);
-  const { r, out, log } = makeRunner({ file: s.file, timeoutMs: 300, retryMinMs: 60_000 });
+  // A timeout the script outlives until it says `ready` on a loaded machine (it runs from the spawn).
+  const { r, out, log } = makeRunner({ file: s.file, timeoutMs: 2000, retryMinMs: 60_000 });
   r.submit(st('x'));
   await out.waitFor('ready');
   scripts.groupPids(s);
-  await log.waitFor(/warn: callout run 1 timed out after 300ms; its process group was killed run=1 status=timeout .*signal=SIGTERM/);
+  await log.waitFor(/warn: callout run 1 timed out after 2000ms; its process group was killed run=1 status=timeout .*signal=SIGTERM/);
   const s2 = scripts.groupScript(false);
   const second = makeRunner({ file: s2.file });
   second.r.submit(st('x'));
