@@ -292,6 +292,10 @@ t.test('dry runs of change sets and of a persistent callout', { skip: noJq ? 'jq
     t.equal(ipt.code, 1, 'kpng-example-allip: exit 1 on a change set');
     t.equal(ipt.stdout, '', 'kpng-example-allip: prints nothing');
     t.match(ipt.stderr, /kpng-example-allip: a change set \(KPNG_CALLOUT_INPUT=changes\) cannot be applied/);
+    const iptBad = await runOnce(undefined, full(s0), { DRY_RUN: '1', KPNG_CALLOUT_INPUT: 'diff' }, IPT);
+    t.equal(iptBad.code, 1, 'kpng-example-allip: an unknown KPNG_CALLOUT_INPUT is not taken for full: exit 1');
+    t.equal(iptBad.stdout, '', 'kpng-example-allip: prints nothing for it');
+    t.match(iptBad.stderr, /kpng-example-allip: KPNG_CALLOUT_INPUT must be full/);
     const iptFull = await runOnce(undefined, full(s0), { DRY_RUN: '1', KPNG_CALLOUT_INPUT: 'full' }, IPT);
     t.equal(iptFull.code, 0, 'kpng-example-allip: a full state with KPNG_CALLOUT_INPUT=full works');
     const iptLoop = await runOnce(undefined, frame(1, 'full', full(s0)), { DRY_RUN: '1', KPNG_CALLOUT_MODE: 'persistent' }, IPT);

@@ -10,7 +10,7 @@
  *   affinity refreshed by every new connection of a known client;
  *   service-proxy-iptables: the first Service in the state's order owns a
  *   destination, bad numbers are logged, a line that is not a Service is
- *   invalid input.
+ *   invalid input, anything but a full state is refused.
  * Real traffic: service-proxy.test.ts.
  */
 import t from 'tap';
@@ -185,6 +185,22 @@ t.test('service-proxy-iptables DRY_RUN: who owns a destination, bad numbers, a l
     t.equal(x.code, 1, `${line}: invalid input, exit 1`);
     t.match(x.stderr, /cannot read the state/);
   }
+});
+
+t.test('service-proxy-iptables takes full states only: a change set, a persistent session or an unknown input kind is refused, nothing printed', { skip: noJq }, async (t) => {
+  const line = svc('n', 'q', '192.0.2.61');
+  for (const [env, re] of [
+    [{ KPNG_CALLOUT_INPUT: 'changes' }, /a change set \(KPNG_CALLOUT_INPUT=changes\) cannot be applied/],
+    [{ KPNG_CALLOUT_MODE: 'persistent' }, /cannot run as a persistent callout/],
+    [{ KPNG_CALLOUT_INPUT: 'diff' }, /KPNG_CALLOUT_INPUT must be full/],
+  ] as Array<[NodeJS.ProcessEnv, RegExp]>) {
+    const r = await run(IPT, lines(line), { DRY_RUN: '1', ...env });
+    t.equal(r.code, 1, JSON.stringify(env));
+    t.equal(r.stdout, '', 'nothing printed');
+    t.match(r.stderr, re);
+  }
+  const ok = await run(IPT, lines(line), { DRY_RUN: '1', KPNG_CALLOUT_INPUT: 'full' });
+  t.equal(ok.code, 0, 'KPNG_CALLOUT_INPUT=full', { stderr: ok.stderr });
 });
 
 t.test('service-proxy-iptables DRY_RUN: NodePorts are not taken on loopback (as kube-proxy)', { skip: noJq }, async (t) => {
