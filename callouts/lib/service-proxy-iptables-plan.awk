@@ -10,7 +10,7 @@
 # each: SORTKEY TAB SUBKEY TAB SEQ TAB the block's lines joined by \001; the
 # callout sorts them (sort -t TAB -k1,1r -k2,2r -k3,3n) and cuts the keys off.
 # The chains to add go to the file PRE (a restore input of their own, below),
-# conntrack deletion specs (UDP) to the file CT, log lines to stderr.
+# conntrack deletion lines (UDP; lib/conntrack.sh) to the file CT, log lines to stderr.
 #
 # Why blocks, in that order: iptables-nft-restore --noflush (1.8.9) files
 # every chain name a batch mentions in a sorted linked list, walked from its
@@ -314,17 +314,18 @@ END {
 		delete nowep
 		n = split(newset[k], a, " "); for (i = 1; i <= n; i++) nowep[epaddr(a[i])] = 1
 		split(k, kk, " ")
-		if (!(k in oldroot)) { if (n > 0) { if (kk[1] == "d") print "dst " kk[2] " " kk[3] > CT; else print "port " kk[2] > CT }; continue }
+		if (!(k in oldroot)) { if (n > 0) ctline(kk, "-"); continue }
 		m = split(reach(oldroot[k], 0), a, " ")
-		if (m == 0 && n > 0) { if (kk[1] == "d") print "dst " kk[2] " " kk[3] > CT; else print "port " kk[2] > CT; continue }
-		for (i = 1; i <= m; i++) if (!(a[i] in nowep)) {
-			e = a[i]; sub(/#.*/, "", e)
-			if (kk[1] == "d") print "dstep " kk[2] " " kk[3] " " e > CT; else print "portep " kk[2] " " e > CT
-		}
+		if (m == 0 && n > 0) { ctline(kk, "-"); continue }
+		for (i = 1; i <= m; i++) if (!(a[i] in nowep)) { e = a[i]; sub(/#.*/, "", e); ctline(kk, e) }
 	}
 	for (k in oldroot) if (!(k in newkey)) {
 		split(k, kk, " "); m = split(reach(oldroot[k], 0), a, " ")
-		for (i = 1; i <= m; i++) { e = a[i]; sub(/#.*/, "", e); if (kk[1] == "d") print "dstep " kk[2] " " kk[3] " " e > CT; else print "portep " kk[2] " " e > CT }
+		for (i = 1; i <= m; i++) { e = a[i]; sub(/#.*/, "", e); ctline(kk, e) }
 	}
 }
+# A line of CT (lib/conntrack.sh): "FAMILY DEST PORT REPLYSRC" for the
+# destination key kk ("d" ADDRESS PORT, or a NodePort: "n" PORT) and the
+# endpoint address e ("-": any).
+function ctline(kk, e) { print FAM " " (kk[1] == "d" ? kk[2] " " kk[3] : "any " kk[2]) " " e > CT }
 function epaddr(k) { return k }
