@@ -7,7 +7,7 @@
  * pipes; waits on output markers and exits, never on fixed sleeps.
  */
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { binArgv, runBin } from '../helpers/bin-process.js';
@@ -112,4 +112,44 @@ t.test('a stop signal while a big fixture loads: the callout never runs, exit 0'
   t.equal(await p.exited(), 0);
   // Seen by the pipeline ("SIGTERM: stopping") or, a moment earlier, at start-up (an exit at once): never a run.
   t.throws(() => readFileSync(marker), 'the callout did not run');
+});
+
+t.test('a stop signal while the modules still load: a stop (exit 0), not death by the signal', async (t) => {
+  // A loader hook holds the program's main module for 3 s and says when: the bin has started, its
+  // own modules have not. Without handlers that early, SIGTERM would end it with the signal (143).
+  const hooks = join(dir, 'slow-cli-hooks.mjs');
+  writeFileSync(
+    hooks,
+    `import { writeSync } from 'node:fs';
+export async function load(url, context, next) {
+  if (url.endsWith('/dist/cli.js')) {
+    writeSync(2, 'loading cli.js\\n');
+    await new Promise((r) => setTimeout(r, 3000));
+  }
+  return next(url, context);
+}
+`,
+  );
+  const register = join(dir, 'slow-cli-register.mjs');
+  writeFileSync(register, `import { register } from 'node:module';\nregister(${JSON.stringify(`file://${hooks}`)});\n`);
+  for (const tool of ['kpng-json', 'kpng-callout']) {
+    // binArgv's command line (tap's own NODE_OPTIONS left out), with the hook loaded first.
+    const [file, ...args] = binArgv(tool, ['replay', blogJsonlPath]);
+    const at = args.indexOf(process.execPath) + 1;
+    const p = spawn(file, [...args.slice(0, at), '--import', register, ...args.slice(at)], { stdio: ['ignore', 'ignore', 'pipe'], env: { PATH: process.env.PATH } });
+    t.teardown(() => void p.kill('SIGKILL'));
+    let stderr = '';
+    p.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+    await within(
+      new Promise<void>((resolve) => {
+        const check = (): void => void (/loading cli\.js/.test(stderr) ? resolve() : setTimeout(check, 10));
+        check();
+      }),
+      () => `${tool}: the main module being loaded (stderr: ${stderr})`,
+    );
+    const exited = new Promise<[number | null, NodeJS.Signals | null]>((resolve) => p.once('exit', (code, signal) => resolve([code, signal])));
+    p.kill('SIGTERM');
+    t.same(await within(exited, `${tool}: exit after SIGTERM`, 10_000), [0, null], `${tool}: exit 0`);
+    t.notMatch(stderr, /starting/, `${tool}: stopped before it started anything`);
+  }
 });

@@ -22,7 +22,9 @@
  * REWATCH_CHECK_MS the watched paths are looked up again (one stat or
  * realpath each); when one is no longer what is watched, every watch is set
  * up again and every path reported as possibly changed (a directory argument
- * as its own path: all its fixtures).
+ * as its own path: all its fixtures). With polling too, and a directory
+ * argument chokidar saw go away counts as changed even if it is back (the
+ * same directory) by the next look-up: its poller was dropped with it.
  */
 import { watch as fsWatch, unwatchFile, watchFile, type FSWatcher as DirWatcher, type StatsListener } from 'node:fs';
 import { realpath, stat } from 'node:fs/promises';
@@ -88,11 +90,16 @@ async function identity(paths: readonly string[]): Promise<string> {
 
 /** Starts watching; see the module comment. */
 export async function watchFiles(opts: WatchFilesOptions): Promise<FileWatcher> {
-  if (opts.usePolling) return watchOnce(opts);
+  // With polling too: chokidar's poller of a directory argument is dropped when the directory goes away,
+  // and is not set up again when it comes back (or appears later).
   // What decides the watches: each path given, its directory, and the callout's directory.
   const looked = [...new Set([...opts.paths, ...opts.extra].flatMap((p) => [resolve(p), dirname(resolve(p))]))];
-  let current = await watchOnce(opts);
-  let seen = await identity(looked);
+  // A directory argument that chokidar saw go away has lost its poller (with --watch-poll): set up
+  // again at the next check, even if by then the same directory is back.
+  let seen = '';
+  const stale = (): void => void (seen = '');
+  let current = await watchOnce(opts, stale);
+  seen = await identity(looked);
   let closed = false;
   /** A check (and maybe a re-arm) in flight: close() waits for it, so that no watch outlives close(). */
   let checking: Promise<void> | undefined;
@@ -102,7 +109,7 @@ export async function watchFiles(opts: WatchFilesOptions): Promise<FileWatcher> 
     seen = now;
     opts.log.debug('watch: a watched path now names another file or directory: watching again');
     const old = current;
-    current = await watchOnce(opts);
+    current = await watchOnce(opts, stale);
     await old.close();
     await current.ready;
     // Whatever happened meanwhile: every path may have changed (a directory argument stands for its fixtures).
@@ -127,7 +134,7 @@ export async function watchFiles(opts: WatchFilesOptions): Promise<FileWatcher> 
 }
 
 /** The watches of the paths as they are now. */
-async function watchOnce(opts: WatchFilesOptions): Promise<FileWatcher> {
+async function watchOnce(opts: WatchFilesOptions, onRootGone?: () => void): Promise<FileWatcher> {
   const { log } = opts;
   const extra = new Set(opts.extra);
   // What each directory holds for us: a directory argument, its fixture files; the directory of a
@@ -223,6 +230,9 @@ async function watchOnce(opts: WatchFilesOptions): Promise<FileWatcher> {
   }
   watcher?.on('all', (event, path) => {
     if (event === 'add' || event === 'change' || event === 'unlink') onEvent(event, path);
+  });
+  watcher?.on('unlinkDir', (path) => {
+    if (rootSet.has(resolve(path))) onRootGone?.();
   });
   watcher?.on('error', (err) => log.warn(`watch: ${(err as Error).message}`));
 

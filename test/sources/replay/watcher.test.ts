@@ -5,7 +5,7 @@
  * reported, and a change is looked at again past chokidar's throttle.
  */
 import { EventEmitter, once } from 'node:events';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { watchFiles, type WatchFilesOptions } from '../../../src/sources/replay/watcher.js';
@@ -107,4 +107,21 @@ t.test('polling files only: no chokidar, ready at once', async (t) => {
     writeFileSync(f, String(++n));
     return changes.includes(f);
   }, 'an edit to be seen by polling');
+});
+
+t.test('polling: a directory argument renamed away and made again is polled again', async (t) => {
+  const dir = tempDir(t, 'replay-watcher-');
+  const fx = join(dir, 'fx');
+  mkdirSync(fx);
+  writeFileSync(join(fx, 'a.yaml'), '1');
+  const { seen } = await watching(t, { paths: [fx], extra: [], usePolling: true, pollIntervalMs: 20 });
+  renameSync(fx, join(dir, 'away'));
+  // Away for a few polls (chokidar drops the directory's poller), back before the next look-up (1 s).
+  await new Promise((r) => setTimeout(r, 200));
+  renameSync(join(dir, 'away'), fx);
+  // Once the watches are set up again (the directory is reported as a whole), an edit of a fixture is seen.
+  await seen(fx);
+  await new Promise((r) => setTimeout(r, 200));
+  writeFileSync(join(fx, 'a.yaml'), '22');
+  await seen(join(fx, 'a.yaml'));
 });
