@@ -15,8 +15,10 @@
 # at once), so: none at all when this network namespace holds no flow (its
 # counter, read without a process); a few lines are deleted one by one; more
 # (a re-list, a big change set) read the family's UDP flows once
-# (`conntrack -L`), pick those the lines describe (awk) and delete only them,
-# each by its exact original tuple. Their own output and status are dropped
+# (`conntrack -L`) and delete only for the lines that describe one of them,
+# one `conntrack -D` per line (not per flow: an exact-tuple delete walks the
+# table too, and an endpoint of a busy UDP Service may hold thousands of
+# flows). Their own output and status are dropped
 # ("0 flow entries" exits 1: not an error); they get none of the caller's
 # descriptors above 2 (a callout's fd 3 is its ack pipe).
 udp_flows_clear() {
@@ -30,25 +32,26 @@ udp_flows_clear() {
 		return 0
 	fi
 	if [ "$(sort -u -- "$2" | wc -l)" -le 8 ]; then
-		sort -u -- "$2" | while IFS=' ' read -r _ct_f _ct_d _ct_p _ct_e; do
-			udp_flow_ok "$_ct_f" "$_ct_d" "$_ct_p" "$_ct_e" || continue
-			set -- -D -f "ipv$_ct_f" -p udp
-			[ "$_ct_d" = any ] || set -- "$@" --orig-dst "$_ct_d"
-			[ "$_ct_p" = any ] || set -- "$@" --orig-port-dst "$_ct_p"
-			[ "$_ct_e" = - ] || set -- "$@" --reply-src "$_ct_e"
-			conntrack "$@" >/dev/null 2>&1 </dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-
-		done
+		sort -u -- "$2" | udp_flows_delete
 		return 0
 	fi
 	for _ct_fam in 4 6; do
 		grep -q "^$_ct_fam " -- "$2" || continue
 		conntrack -L -f "ipv$_ct_fam" -p udp 2>/dev/null </dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- |
-			awk -v specs="$2" -v fam="$_ct_fam" "$udp_flows_pick" |
-			while IFS=' ' read -r _ct_s _ct_d _ct_sp _ct_dp; do
-				udp_flow_ok "$_ct_fam" "$_ct_d" "$_ct_dp" "$_ct_s" && udp_flow_ok "$_ct_fam" any "$_ct_sp" - || continue
-				conntrack -D -f "ipv$_ct_fam" -p udp --orig-src "$_ct_s" --orig-dst "$_ct_d" --orig-port-src "$_ct_sp" \
-					--orig-port-dst "$_ct_dp" >/dev/null 2>&1 </dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-
-			done
+			_ct_specs=$2 awk -v fam="$_ct_fam" "$udp_flows_pick" | udp_flows_delete
+	done
+}
+
+# udp_flows_delete: one `conntrack -D` per line of stdin ("FAMILY DEST PORT
+# REPLYSRC", checked again), filtered as the line says.
+udp_flows_delete() {
+	while IFS=' ' read -r _ct_f _ct_d _ct_p _ct_e; do
+		udp_flow_ok "$_ct_f" "$_ct_d" "$_ct_p" "$_ct_e" || continue
+		set -- -D -f "ipv$_ct_f" -p udp
+		[ "$_ct_d" = any ] || set -- "$@" --orig-dst "$_ct_d"
+		[ "$_ct_p" = any ] || set -- "$@" --orig-port-dst "$_ct_p"
+		[ "$_ct_e" = - ] || set -- "$@" --reply-src "$_ct_e"
+		conntrack "$@" >/dev/null 2>&1 </dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-
 	done
 }
 
@@ -62,14 +65,18 @@ udp_flow_ok() {
 
 # awk: `conntrack -L` lines in ("udp 17 TTL src= dst= sport= dport= [...]
 # src= dst= sport= dport= ..."; the first four are the original direction,
-# the second src= the reply's source); out "SRC DST SPORT DPORT" of each flow a
-# line of the file `specs` (family `fam`) describes.
+# the second src= the reply's source); out the lines of the file
+# $_ct_specs (family `fam`; from the environment: -v would expand
+# backslashes in its name) that describe at least one flow, once each.
+# shellcheck disable=SC2016 # $i is awk's
 udp_flows_pick='
 BEGIN {
+	specs = ENVIRON["_ct_specs"]
 	while ((getline l < specs) > 0) {
 		n = split(l, f, " ")
 		if (n == 4 && f[1] == fam) want[f[2] " " f[3] " " f[4]] = 1
 	}
+	close(specs)
 }
 {
 	src = dst = sp = dp = rs = ""
@@ -81,7 +88,8 @@ BEGIN {
 		else if (k == "dport" && dp == "") dp = v
 	}
 	if (src == "" || dst == "" || sp == "" || dp == "") next
-	if (pick(dst, dp, rs) || pick("any", dp, rs) || pick(dst, "any", rs) || pick("any", "any", rs)) print src " " dst " " sp " " dp
+	pick(dst, dp, rs); pick("any", dp, rs); pick(dst, "any", rs); pick("any", "any", rs)
 }
-function pick(d, p, r) { return (d " " p " " r) in want || (d " " p " -") in want }
+function pick(d, p, r) { hit(d " " p " " r); hit(d " " p " -") }
+function hit(k) { if ((k in want) && !(k in done)) { done[k] = 1; print fam " " k } }
 '

@@ -269,4 +269,8 @@ t.test('a long string where an object was expected is cut in the message', async
 t.test('YAML nested too deeply for the readers is bad input with its place, not an internal error', async (t) => {
   t.match(errorOf('['.repeat(3000) + ']'.repeat(3000), 'deep.yaml'), /^deep\.yaml:1:\d+: nested too deeply$/);
   t.match(errorOf('{a: '.repeat(3000) + '1' + '}'.repeat(3000), 'deep.yaml'), /^deep\.yaml:1:\d+: nested too deeply$/);
+  // block style: the subset reader recurses too
+  const blockMap = Array.from({ length: 20000 }, (_, i) => `${' '.repeat(i)}a:`).join('\n') + ' 1\n';
+  t.match(errorOf(blockMap, 'deep.yaml'), /^deep\.yaml:\d+:\d+: nested too deeply$/);
+  t.match(errorOf('- '.repeat(20000) + '1\n', 'deep.yaml'), /^deep\.yaml:1:\d+: nested too deeply$/);
 });

@@ -7,6 +7,8 @@
  * - many lines (a big change set): one listing, only the matching flows
  *   deleted, wildcards (`any` destination or port, `-` reply source) and
  *   both families; a line that fails the checks is skipped;
+ * - many flows that one line describes (a busy UDP endpoint that went): one
+ *   deletion for the line, not one per flow (each walks the whole table);
  * - a namespace without flows starts no conntrack process at all.
  * What the callouts write into the file is tested with real traffic in
  * service-proxy.test.ts and allip-nft-changes.test.ts.
@@ -93,5 +95,28 @@ t.test('udp_flows_clear against real conntrack entries', { skip: why ?? false },
     const filler = Array.from({ length: 12 }, (_, i) => `4 198.51.100.${i + 1} 80 192.0.2.${i + 100}`);
     await clear('many', [...filler, '4 192.0.2.5 53 -', '4 any 54 192.0.2.5', '6 2001:db8::5 any 2001:db8::5', '4 192.0.2.6;touch 53 -', '5 192.0.2.6 53 -']);
     t.same(await flows(), ['192.0.2.6:53<-40002'], 'all but the flow no line describes (the bad lines are skipped)');
+  });
+
+  await t.test('many lines and many flows of one line: one deletion per line, not per flow; the reply source is matched', async (t) => {
+    await exec('conntrack', ['-F']);
+    // 40 translated flows to 198.51.100.1:53 answered by the endpoint that went (192.0.2.7),
+    // and one answered by an endpoint that stays (192.0.2.8)
+    const entry = (sport: number, ep: string) =>
+      `-I -p udp -s 192.0.2.5 -d 198.51.100.1 --sport ${sport} --dport 53 -t 300 -r ${ep} -q 192.0.2.5 --reply-port-src 53 --reply-port-dst ${sport}\n`;
+    const load = join(dir, 'load');
+    writeFileSync(load, Array.from({ length: 40 }, (_, i) => entry(41000 + i, '192.0.2.7')).join('') + entry(42000, '192.0.2.8'));
+    t.equal((await exec('conntrack', ['-R', load])).code, 0, 'entries loaded');
+    t.equal((await flows()).length, 41, '41 flows to start with');
+    // a conntrack that logs its -D calls
+    const real = (await exec('sh', ['-c', 'command -v conntrack'])).stdout.trim();
+    const wrap = tempDir(t, 'kpng-conntrack-wrap-');
+    const log = join(wrap, 'calls');
+    writeFileSync(join(wrap, 'conntrack'), `#!/bin/sh\ncase $1 in -D) echo "$*" >>'${log}' ;; esac\nexec '${real}' "$@"\n`, { mode: 0o755 });
+    writeFileSync(log, '');
+    const filler = Array.from({ length: 12 }, (_, i) => `4 203.0.113.${i + 1} 80 192.0.2.${i + 100}`);
+    await clear('busy', [...filler, '4 198.51.100.1 53 192.0.2.7'], { PATH: `${wrap}:${process.env.PATH}` });
+    t.same(await flows(), ['198.51.100.1:53<-42000'], 'the flows of the endpoint that went are gone, the other stays');
+    const calls = readFileSync(log, 'utf8').split('\n').filter(Boolean);
+    t.equal(calls.length, 1, `one conntrack -D (${calls.length}: ${calls.slice(0, 3).join('; ')})`);
   });
 });
