@@ -89,7 +89,8 @@ function end_frame(   why) {
 		wrote = 0
 		warn((fseq != "" ? "frame " fseq ": " : "") bad "; nothing changed")
 		why = bad; gsub(/[^ -~]/, "?", why)
-		return reply("error " why)
+		# framed: "fail SEQ WHY", so that the loop removes what the frame wrote (its elements so far)
+		return reply(framed ? "fail " (fseq != "" ? fseq : "-") " " why : "error " why)
 	}
 	plan_end()
 	if (bad != "") return end_frame()

@@ -2,7 +2,8 @@
  * callouts/service-proxy-nft costs that grow with the size of the table or the length
  * of a session (DRY_RUN, jq only; no root):
  * - a persistent callout removes each full frame's element files once the frame is
- *   done (a session with resyncs must not fill its temporary directory);
+ *   done, applied or refused (a session with resyncs must not fill its temporary
+ *   directory);
  * - a change set that needs shared chains of over 64 endpoints asks nft for the
  *   table's chains once, not once per chain (`nft list chain` loads every element
  *   of the table: about 1 s each at 10,000 Services).
@@ -49,6 +50,18 @@ t.test('a persistent session does not keep the element files of its full frames'
   t.equal(await p.frame('changes', ''), 'ok', 'an empty change frame');
   const left = files(dir).filter((f) => /\/el\//.test(f));
   t.same(left, [], 'no element file of a finished frame is left');
+  t.same(await p.end(), { code: 0, signal: null }, 'exit 0 at the end of input');
+});
+
+t.test('a full frame refused for bad input does not leave its element files either', { skip: noJq ? 'jq is missing' : false }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'kpspscale-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const p = new PersistentCallout(SP, undefined, { DRY_RUN: '1', TMPDIR: dir });
+  // elements of the first Service are written before the bad line is read
+  t.match(await p.frame('full', `${svc('a', '192.0.2.1', 3)}\n{"Service":\n`), /^error /, 'the frame is refused');
+  t.equal(await p.frame('full', `${svc('a', '192.0.2.1', 2)}\n`), 'ok', 'a good full frame after it');
+  t.equal(await p.frame('changes', ''), 'ok', 'an empty change frame');
+  t.same(files(dir).filter((f) => /\/el\//.test(f)), [], 'no element file of a finished frame is left');
   t.same(await p.end(), { code: 0, signal: null }, 'exit 0 at the end of input');
 });
 
