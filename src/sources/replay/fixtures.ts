@@ -21,6 +21,8 @@ export interface Slot {
   name: string;
   /** Absolute path; '' for stdin. */
   abs: string;
+  /** For a fixture found in a directory argument: that directory (absolute). */
+  dir?: string;
 }
 
 /** A file system error as a message says it. */
@@ -74,7 +76,7 @@ export async function expandPaths(paths: readonly string[], tolerant: boolean, l
       if (!tolerant) throw new CalloutError('input', `${p}: no fixture files (*.jsonl, *.ndjson, *.json, *.yaml, *.yml) in this directory`);
       log.warn(`${p}: no fixture files yet; watching`);
     }
-    for (const n of names) out.push({ name: join(p, n), abs: resolve(p, n) });
+    for (const n of names) out.push({ name: join(p, n), abs: resolve(p, n), dir: resolve(p) });
   }
   return out;
 }

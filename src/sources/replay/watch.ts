@@ -143,6 +143,19 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
     },
   });
 
+  /** Directory arguments seen as directories (absolute): one that goes is told as gone, not as an error. */
+  const dirArgs = new Set<string>();
+  const expand = async (): Promise<Slot[]> => {
+    const slots = await expandPaths(options.paths, true, log);
+    for (const slot of slots) {
+      if (slot.dir === undefined) continue;
+      dirArgs.add(slot.dir);
+      // Back: its going again is told again.
+      const f = files.get(slot.dir);
+      if (f) f.goneTold = false;
+    }
+    return slots;
+  };
   let last: State | undefined;
   const push = async (st: State): Promise<void> => {
     last = st;
@@ -164,6 +177,10 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
       if (!f.goneTold) {
         if (f.data !== undefined || f.good) {
           log.info(`${slot.name}: gone; keeping its last good state until it comes back`);
+          f.goneTold = true;
+        } else if (dirArgs.has(slot.abs)) {
+          // A directory argument deleted or renamed away: its fixtures' states stay, as a file's does.
+          log.info(`${slot.name}: gone; keeping the last good states of its fixtures until it comes back`);
           f.goneTold = true;
         } else if (f.error !== err.message) log.error(err.message);
       }
@@ -202,7 +219,7 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
   try {
     // Ready before the first pass: no edit made after the first run can be missed.
     await watcher.ready;
-    for (const slot of await expandPaths(options.paths, true, log)) {
+    for (const slot of await expand()) {
       if (signal.aborted) return;
       const st = await reload(slot);
       if (!st) continue;
@@ -240,7 +257,7 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
       let pushed = false;
       // Changed fixtures in sequence order (a directory may have gained files); a directory argument
       // reported as a whole (it appeared, or was made again) stands for each of its fixtures.
-      const slots = (await expandPaths(options.paths, true, log)).filter((slot) => changed.has(slot.abs) || changed.has(dirname(slot.abs)));
+      const slots = (await expand()).filter((slot) => changed.has(slot.abs) || changed.has(dirname(slot.abs)));
       // Those that may still be being written are read once still, all in one wait.
       await Promise.all(slots.map(async (slot) => (slot.abs !== '' && (await looksCut(slot)) ? stillFor(slot.abs, signal) : undefined)));
       for (const slot of slots) {

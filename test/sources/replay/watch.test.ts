@@ -3,7 +3,7 @@
  * a broken fixture keeps the last good state, new files and the callout
  * re-run; editors' atomic saves, deletions and polling.
  */
-import { mkdirSync, renameSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import t, { type Test } from 'tap';
@@ -13,7 +13,7 @@ import { replaceFile, tempDir } from '../../helpers/files.js';
 import { blogJsonl, blogView, blogYaml, stateLine } from '../../helpers/fixtures.js';
 import { gatedSink } from '../../helpers/gated-sink.js';
 import { captureLog } from '../../helpers/sink.js';
-import { within } from '../../helpers/wait.js';
+import { pollUntil, within } from '../../helpers/wait.js';
 
 const opts = (paths: string[], extra: Partial<WatchOptions> & { logger: Logger }): WatchOptions => ({ paths, ...blogView, ...extra });
 
@@ -247,6 +247,27 @@ t.test('--watch: paths that appear later, a directory made again, a symlink poin
   writeFileSync(join(sub, 'f.jsonl'), stateLine('sub4'));
   t.equal(await s.waitFor(10), stateLine('sub4'));
   t.equal(log.matching(/: gone;/).length, 1, 'a deletion is told once');
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
+
+t.test('--watch: a directory argument deleted is told as gone (info, once per going), its states kept, not an error', async (t) => {
+  const dir = tempDir(t, 'replay-test-');
+  const fx = join(dir, 'fx');
+  mkdirSync(fx);
+  writeFileSync(join(fx, 'a.jsonl'), stateLine('a1'));
+  const { log, s, ac, done } = watching(t, [fx]);
+  t.equal(await s.waitFor(1), stateLine('a1'));
+  await log.waitFor(/watching .* for changes/);
+  rmSync(fx, { recursive: true });
+  await log.waitFor(/fx: gone; keeping the last good states of its fixtures until it comes back/);
+  mkdirSync(fx);
+  writeFileSync(join(fx, 'a.jsonl'), stateLine('a2'));
+  t.equal(await s.waitFor(2), stateLine('a2'), 'back, with a new state');
+  rmSync(fx, { recursive: true });
+  await pollUntil(() => log.matching(/fx: gone;/).length === 2, 'the second going told too');
+  t.same(log.matching(/error/), [], 'no error');
+  t.equal(s.states.length, 2, 'no run for the goings');
   ac.abort();
   await within(done, 'the watcher to stop');
 });
