@@ -99,7 +99,7 @@ export async function main(tool: Tool, io: CliIO = { argv: process.argv, env: pr
       code = err.exitCode === 0 ? 0 : 2;
     } else if (err instanceof CalloutError) {
       out.error(err.message);
-      if (err.code === 'usage') out.hint(`(run ${helpOf} --help for usage)`);
+      if (err.code === 'usage') out.hint(`(run ${err.rootHelp ? tool : helpOf} --help for usage)`);
       code = err.exitCode ?? (err.code === 'usage' ? 2 : 1);
     } else {
       out.error(`internal error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);

@@ -18,11 +18,14 @@ export class CalloutError extends Error {
   readonly code: ErrorCode;
   /** The exit status this error asks for, when not the code's usual one. */
   readonly exitCode: number | undefined;
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; exitCode?: number }) {
+  /** A usage error about the root command's options (its --help, not a subcommand's, tells about them). */
+  readonly rootHelp: boolean;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; exitCode?: number; rootHelp?: boolean }) {
     super(message, options);
     this.name = 'CalloutError';
     this.code = code;
     this.exitCode = options?.exitCode;
+    this.rootHelp = options?.rootHelp ?? false;
   }
 }
 

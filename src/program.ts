@@ -109,7 +109,7 @@ function optionsOf<T>(cmd: Command): T {
   for (const [key, value] of Object.entries(parent.opts())) {
     if (parent.getOptionValueSource(key) !== 'cli') continue;
     const flag = parent.options.find((o) => o.attributeName() === key)?.long ?? key;
-    if (!cmd.options.some((o) => o.attributeName() === key)) throw new CalloutError('usage', `${flag} is an option of the kpng source (no command), not of ${cmd.name()}`);
+    if (!cmd.options.some((o) => o.attributeName() === key)) throw new CalloutError('usage', `${flag} is an option of the kpng source (no command), not of ${cmd.name()}`, { rootHelp: true });
     if (cmd.getOptionValueSource(key) !== 'cli') own[key] = value;
   }
   return own as T;

@@ -50,6 +50,8 @@ t.test('usage errors: exit 2, `tool: message` and a pointer to --help', async (t
     ['kpng-json', ['replay', '-', '-'], 'kpng-json: - (stdin) can be given only once', '(run kpng-json replay --help for usage)'],
     ['kpng-callout', ['kube', '--debounce', 'fast'], 'kpng-callout: --debounce "fast": expected a duration such as 100ms, 1s, 1m30s (or 0)', '(run kpng-callout kube --help for usage)'],
     ['kpng-callout', ['replay', '--watch-interval', '2s', blogJsonlPath], 'kpng-callout: --watch-interval needs --watch-poll', '(run kpng-callout replay --help for usage)'],
+    // A root option given before a subcommand: the root's help lists it.
+    ['kpng-callout', ['--api', '127.0.0.1:1', 'replay', blogJsonlPath], 'kpng-callout: --api is an option of the kpng source (no command), not of replay', '(run kpng-callout --help for usage)'],
     ['kpng-json', ['reply'], "kpng-json: unknown command 'reply' (did you mean replay?); commands: kube, replay, or none for a kpng controller", '(run kpng-json --help for usage)'],
   ];
   for (const [tool, args, message, hint] of cases) {
