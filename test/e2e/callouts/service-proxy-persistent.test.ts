@@ -10,9 +10,12 @@
  *   same change set again fails its guards ("error", table unchanged).
  * Real traffic through `kpng-callout replay --persistent`: service-proxy.test.ts.
  */
+import { readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import t from 'tap';
 import { missingTools, mustRun, runCommand, type CommandResult } from '../../helpers/command.js';
 import { repoPath } from '../../helpers/fixtures.js';
+import { tempDir } from '../../helpers/files.js';
 import { netnsMissing } from '../../helpers/netns.js';
 import { PersistentCallout } from '../../helpers/persistent-callout.js';
 
@@ -79,14 +82,24 @@ t.test('service-proxy-nft persistent, in a network namespace', { skip: why ?? fa
   t.teardown(() => runCommand('ip', ['netns', 'del', ns]).then(() => undefined));
   const table = async (): Promise<string> => mustRun('ip', ['netns', 'exec', ns, 'nft', 'list', 'table', 'inet', 'kpng_service_proxy']);
 
-  const p = new PersistentCallout(SP, ns, {});
+  const tmp = tempDir(t, 'kpng-sp-persistent-');
+  const p = new PersistentCallout(SP, ns, { TMPDIR: tmp });
   t.teardown(() => p.end().then(() => undefined, () => undefined));
   t.equal(await p.frame('full', S1), 'ok', 'full frame S1: ok');
   const afterFull = await table();
   t.equal(await p.frame('changes', CHANGES), 'ok', 'change frame S1 -> S2: ok');
   const afterChanges = await table();
   t.not(afterChanges, afterFull, 'the change set changed the table');
-  t.equal(await p.frame('changes', CHANGES), 'error nft failed; rules unchanged', 'the same change set again: its guards fail');
+  for (let i = 1; i <= 3; i++) {
+    const before = p.stderr.length;
+    t.equal(await p.frame('changes', CHANGES), 'error nft failed; rules unchanged', `the same change set again (${i}): its guards fail`);
+    // nft echoes the whole one-line transaction per error: an excerpt of it, and nothing kept
+    const said = p.stderr.slice(before);
+    t.match(said, /Error: /, 'nft\'s error is told');
+    t.ok(said.split('\n').every((l) => l.length <= 300), 'in lines of at most 300 characters');
+    const errs = readdirSync(tmp, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('nft.err'));
+    t.same(errs.map((f) => statSync(join(tmp, f)).size), [0], 'nft\'s error file emptied after each refusal');
+  }
   t.equal(await table(), afterChanges, 'the table is unchanged');
 
   const r = await run(S2, {}, ns);
