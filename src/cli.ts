@@ -7,6 +7,8 @@ import { CommanderError } from 'commander';
 import { CalloutError } from './errors.js';
 import type { CliIO, Tool } from './pipeline.js';
 import { buildProgram, type ErrorOutput } from './program.js';
+// Handled here before the pipeline runs and while our output drains at the end.
+import { STOP_SIGNALS } from './signals.js';
 
 export type { CliIO, Tool } from './pipeline.js';
 
@@ -57,8 +59,6 @@ function routeWarnings(io: CliIO, out: { warn(message: string): void }): void {
   });
 }
 
-/** Signals that stop us; see runPipeline. Here: while our output drains at the end. */
-const STOP_SIGNALS: readonly NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
 /** After a stop signal, how long the last output may take to drain (a reader that stalls must not hold us). */
 const STOPPED_DRAIN_MS = 1000;
 

@@ -17,6 +17,7 @@ import type { State } from './state.js';
 import { inputFor, type Input } from './changes.js';
 import { constants as osConstants } from 'node:os';
 import { createIdleCompactor } from './memory.js';
+import { STOP_SIGNALS } from './signals.js';
 
 /** Which program is running: the callout runner or the JSON printer. */
 export type Tool = 'kpng-callout' | 'kpng-json';
@@ -101,9 +102,6 @@ function writeInput(out: NodeJS.WritableStream, input: Input): void {
   for (const chunk of input.chunks) out.write(chunk);
   s.uncork?.();
 }
-
-/** Signals that stop us cleanly: a terminal hang-up is a stop, as for a daemon (exit 0). */
-const STOP_SIGNALS: readonly NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
 
 /** Runs source -> (printer | runner) until done; resolves with the exit status. */
 export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number> {

@@ -202,3 +202,26 @@ allip_plan() {
 		}
 	}' "$_allip_raw"
 }
+
+# allip_full_only PROG: succeeds for a full state per run; else says why on
+# stderr and fails (the iptables callouts rebuild their chains from the whole
+# state each run: a change set applied as a state would drop the rules of
+# every Service it leaves out, frames are no state at all, and an input kind
+# of a later contract is not taken for a full state).
+allip_full_only() {
+	case ${KPNG_CALLOUT_INPUT:-full}/${KPNG_CALLOUT_MODE:-} in
+	changes/*)
+		printf '%s: a change set (KPNG_CALLOUT_INPUT=changes) cannot be applied: this callout needs the full state each run (kpng-callout without --changes); nothing changed\n' "$1" >&2
+		return 1
+		;;
+	*/persistent)
+		printf '%s: cannot run as a persistent callout (KPNG_CALLOUT_MODE=persistent; kpng-callout without --persistent); nothing changed\n' "$1" >&2
+		return 1
+		;;
+	full/*) ;;
+	*)
+		printf '%s: KPNG_CALLOUT_INPUT must be full (or unset); nothing changed\n' "$1" >&2
+		return 1
+		;;
+	esac
+}

@@ -31,8 +31,9 @@ udp_flows_clear() {
 		printf '%s: conntrack is missing: stale UDP flows are not cleared\n' "$1" >&2
 		return 0
 	fi
-	if [ "$(sort -u -- "$2" | wc -l)" -le 8 ]; then
-		sort -u -- "$2" | udp_flows_delete
+	_ct_lines=$(sort -u -- "$2")
+	if [ "$(printf '%s\n' "$_ct_lines" | wc -l)" -le 8 ]; then
+		printf '%s\n' "$_ct_lines" | udp_flows_delete
 		return 0
 	fi
 	for _ct_fam in 4 6; do
