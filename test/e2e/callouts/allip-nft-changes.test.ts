@@ -504,6 +504,36 @@ t.test('kpng-example-allip-nft change sets in the kernel', { skip: reason ?? fal
     t.end();
   });
 
+  await t.test('persistent: a change set nft -i refuses is told as a bounded excerpt', async (t) => {
+    const ns = await netns(t, 'long');
+    const tmp = tempDir(t, 'kpng-allip-nft-err-');
+    const p = new PersistentCallout(NFT, ns, { TMPDIR: tmp });
+    t.teardown(() => void p.child.stdin!.end());
+    // 200 Services all moving their endpoint: a change set of ~13 KB on one nft -i line.
+    const at = (i: number, net: string) => `${net}.${i + 1}`;
+    const before: Svc[] = Array.from({ length: 200 }, (_, i) => ({ name: `s${i}`, x4: [at(i, '192.0.2')], l4: [at(i, '198.51.100')] }));
+    const after: Svc[] = before.map((s, i) => ({ ...s, l4: [at(i, '203.0.113')] }));
+    // Someone else's mapping (the endpoints rotated by one): the change set's guard fails.
+    const other: Svc[] = before.map((s, i) => ({ ...s, l4: before[(i + 1) % before.length]!.l4! }));
+    for (let i = 1; i <= 2; i++) {
+      t.equal(await p.frame('full', full(before)), 'ok');
+      t.equal((await runOnce(ns, full(other), {})).code, 0);
+      const said = p.stderr.length;
+      t.match(await p.frame('changes', changeSet(before, after)), /^error nft failed/, `refused (${i})`);
+      const told = p.stderr.slice(said);
+      t.match(told, /Error: /, "nft's error is told");
+      t.ok(told.split('\n').every((l) => l.length <= 300), 'in lines of at most 300 characters', { longest: Math.max(...told.split('\n').map((l) => l.length)) });
+      t.ok(told.length < 12_000, 'not the whole transaction', { length: told.length });
+      const errs = readdirSync(tmp, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('nft.err'));
+      t.same(errs.map((f) => readFileSync(join(tmp, f), 'utf8')), [''], "nft's error file emptied");
+    }
+    t.equal(await p.frame('full', full(before)), 'ok', 'a full frame heals');
+    t.equal(await p.frame('changes', changeSet(before, after)), 'ok', 'and the change set applies through nft -i');
+    t.equal(p.stderr.match(/Error: /g)?.length, 2, 'no other error told');
+    t.same(await p.end(), { code: 0, signal: null });
+    t.end();
+  });
+
   await t.test('real traffic after incremental changes', async (t) => {
     const topo = new Topology('nftc');
     t.teardown(() => topo.close());
