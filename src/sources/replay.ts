@@ -58,7 +58,7 @@ export function createReplaySource(options: ReplayOptions): Source {
   const log = opts.logger;
 
   async function runSequential(sink: StateSink, signal: AbortSignal): Promise<void> {
-    const slots = await expandPaths(opts.paths, false, log);
+    const slots = await expandPaths(opts.paths, false);
     // Read everything first: a bad fixture fails before any run.
     const states: State[] = [];
     for (const s of slots) {

@@ -45,10 +45,16 @@ async function listDir(dir: string): Promise<string[]> {
 /**
  * The fixtures `paths` stand for, now. Strict (`tolerant` false): a missing
  * path or a directory without fixtures throws CalloutError('input'). Tolerant
- * (--watch, where they may appear later): a missing file is kept, an
- * unreadable directory skipped, an empty one warned about.
+ * (--watch, where they may appear later): a missing path is kept as a file,
+ * an unreadable directory skipped, and `onDir` told of each directory
+ * argument read (its name as given, absolute path and number of fixtures,
+ * 0 included).
  */
-export async function expandPaths(paths: readonly string[], tolerant: boolean, log: Logger): Promise<Slot[]> {
+export async function expandPaths(
+  paths: readonly string[],
+  tolerant: boolean,
+  onDir?: (dir: { name: string; abs: string; fixtures: number }) => void,
+): Promise<Slot[]> {
   const out: Slot[] = [];
   for (const p of paths) {
     if (p === '-') {
@@ -72,10 +78,8 @@ export async function expandPaths(paths: readonly string[], tolerant: boolean, l
       if (!tolerant) throw new CalloutError('input', `${p}: ${errnoText(err)}`, { cause: err });
       continue;
     }
-    if (names.length === 0) {
-      if (!tolerant) throw new CalloutError('input', `${p}: no fixture files (*.jsonl, *.ndjson, *.json, *.yaml, *.yml) in this directory`);
-      log.warn(`${p}: no fixture files yet; watching`);
-    }
+    if (names.length === 0 && !tolerant) throw new CalloutError('input', `${p}: no fixture files (*.jsonl, *.ndjson, *.json, *.yaml, *.yml) in this directory`);
+    onDir?.({ name: p, abs: resolve(p), fixtures: names.length });
     for (const n of names) out.push({ name: join(p, n), abs: resolve(p, n), dir: resolve(p) });
   }
   return out;

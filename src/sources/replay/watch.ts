@@ -143,19 +143,20 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
     },
   });
 
-  /** Directory arguments seen as directories (absolute): one that goes is told as gone, not as an error. */
-  const dirArgs = new Set<string>();
-  const expand = async (): Promise<Slot[]> => {
-    const slots = await expandPaths(options.paths, true, log);
-    for (const slot of slots) {
-      if (slot.dir === undefined) continue;
-      dirArgs.add(slot.dir);
+  /**
+   * Directory arguments seen as directories (absolute) -> whether it was
+   * empty when last seen and that was told (once per time it is empty). One
+   * that goes is told as gone, not as an error.
+   */
+  const dirArgs = new Map<string, boolean>();
+  const expand = (): Promise<Slot[]> =>
+    expandPaths(options.paths, true, ({ name, abs, fixtures }) => {
+      if (fixtures === 0 && dirArgs.get(abs) !== true) log.warn(`${name}: no fixture files yet; watching`);
+      dirArgs.set(abs, fixtures === 0);
       // Back: its going again is told again.
-      const f = files.get(slot.dir);
+      const f = files.get(abs);
       if (f) f.goneTold = false;
-    }
-    return slots;
-  };
+    });
   let last: State | undefined;
   const push = async (st: State): Promise<void> => {
     last = st;
@@ -180,8 +181,10 @@ export async function runWatch(options: WatchOptions, sink: StateSink, signal: A
           f.goneTold = true;
         } else if (dirArgs.has(slot.abs)) {
           // A directory argument deleted or renamed away: its fixtures' states stay, as a file's does.
-          log.info(`${slot.name}: gone; keeping the last good states of its fixtures until it comes back`);
+          log.info(`${slot.name}: gone; ${dirArgs.get(slot.abs) ? 'watching for it to come back' : 'keeping the last good states of its fixtures until it comes back'}`);
           f.goneTold = true;
+          // Back empty: told again.
+          dirArgs.set(slot.abs, false);
         } else if (f.error !== err.message) log.error(err.message);
       }
       f.error = err.message;

@@ -8,7 +8,6 @@ import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import t from 'tap';
 import { CalloutError } from '../../../src/errors.js';
-import { silentLogger } from '../../../src/log.js';
 import { errnoText, expandPaths, loadSlot, parseSlot, readSlot, warnIfEmpty } from '../../../src/sources/replay/fixtures.js';
 import { tempDir } from '../../helpers/files.js';
 import { stateLine } from '../../helpers/fixtures.js';
@@ -20,7 +19,7 @@ t.test('expandPaths: files as given, directories in byte order, - as stdin', asy
   mkdirSync(join(dir, 'sub.yaml'));
   symlinkSync(join(dir, 'a.jsonl'), join(dir, 'link.json'));
   const one = join(dir, 'a.jsonl');
-  const slots = await expandPaths([one, '-', dir], false, silentLogger);
+  const slots = await expandPaths([one, '-', dir], false);
   t.same(
     slots.map((s) => s.name),
     [one, '<stdin>', ...['B.json', 'a.jsonl', 'b.yaml', 'c.ndjson', 'link.json', 'é.yml'].map((n) => join(dir, n))],
@@ -34,11 +33,11 @@ t.test('expandPaths: strict fails on a missing path or an empty directory; toler
   const missing = join(dir, 'nope.yaml');
   const empty = join(dir, 'empty');
   mkdirSync(empty);
-  await t.rejects(expandPaths([missing], false, silentLogger), new CalloutError('input', `${missing}: no such file or directory`));
-  await t.rejects(expandPaths([empty], false, silentLogger), { message: `${empty}: no fixture files (*.jsonl, *.ndjson, *.json, *.yaml, *.yml) in this directory` });
-  const log = captureLog();
-  t.same(await expandPaths([missing, empty], true, log.logger), [{ name: missing, abs: missing }], 'a missing file stays in the sequence');
-  t.same(log.matching(/ warn: /), [`kpng-callout warn: ${empty}: no fixture files yet; watching`]);
+  await t.rejects(expandPaths([missing], false), new CalloutError('input', `${missing}: no such file or directory`));
+  await t.rejects(expandPaths([empty], false), { message: `${empty}: no fixture files (*.jsonl, *.ndjson, *.json, *.yaml, *.yml) in this directory` });
+  const dirs: unknown[] = [];
+  t.same(await expandPaths([missing, empty, dir], true, (d) => dirs.push(d)), [{ name: missing, abs: missing }], 'a missing file stays in the sequence');
+  t.same(dirs, [{ name: empty, abs: empty, fixtures: 0 }, { name: dir, abs: dir, fixtures: 0 }], 'directories are told with their number of fixtures');
 });
 
 t.test('readSlot: a file, stdin, or an error naming the fixture', async (t) => {

@@ -272,6 +272,27 @@ t.test('--watch: a directory argument deleted is told as gone (info, once per go
   await within(done, 'the watcher to stop');
 });
 
+t.test('--watch: an empty directory argument: told once while empty, its going told as gone, not an error', async (t) => {
+  const dir = tempDir(t, 'replay-test-');
+  const fx = join(dir, 'fx');
+  mkdirSync(fx);
+  const { log, s, ac, done } = watching(t, [fx]);
+  await log.waitFor(/watching .* for changes/);
+  // Events that make a batch without a fixture: the emptiness is not told again.
+  writeFileSync(join(fx, 'notes.txt'), 'x');
+  rmSync(join(fx, 'notes.txt'));
+  rmSync(fx, { recursive: true });
+  await log.waitFor(/fx: gone; watching for it to come back/);
+  mkdirSync(fx);
+  await pollUntil(() => log.matching(/fx: no fixture files yet/).length === 2, 'back empty: told again');
+  writeFileSync(join(fx, 'a.jsonl'), stateLine('a'));
+  t.equal(await s.waitFor(1), stateLine('a'), 'a fixture in it runs');
+  t.same(log.matching(/error/), [], 'no error');
+  t.equal(log.matching(/no fixture files yet/).length, 2, 'the emptiness told once per time it is empty');
+  ac.abort();
+  await within(done, 'the watcher to stop');
+});
+
 t.test('--watch: a callout truncated, then written after a pause, runs the last state again once', async (t) => {
   const { callout, s, ac, done } = await watchWithCallout(t);
   writeFileSync(callout, '');
