@@ -83,6 +83,10 @@ export class UserspaceProxy {
     this.sockets = new Set();
     this.stopping = false;
     this.capLogged = 0;
+    /** `address port` of our own upstream sockets (TCP and UDP): a connection or datagram from one of them is a loop. */
+    this.ownTcp = new Set();
+    this.ownUdp = new Set();
+    this.loopLogged = 0;
     this.sweeper = setInterval(() => this.sweep(), Math.max(50, Math.min(5_000, Math.floor(options.udpIdleTimeoutMs / 4))));
   }
 
@@ -195,6 +199,15 @@ export class UserspaceProxy {
     l.up = false;
   }
 
+  /** An endpoint that leads back into the proxy (one of the node's addresses at a NodePort, found at run time): logged at most once a second. */
+  loop(what) {
+    const now = Date.now();
+    if (now - this.loopLogged > 1000) {
+      this.loopLogged = now;
+      log(`${what}: it comes from this proxy itself (an endpoint that is one of its own listeners, a loop): refused`);
+    }
+  }
+
   capped() {
     if (this.tcp + this.udp < this.o.maxConnections) return false;
     const now = Date.now();
@@ -228,7 +241,15 @@ export class UserspaceProxy {
       if (conn.up && !conn.paired) conn.up.destroy();
       this.closed(conn);
     });
-    this.dial(l, dest, conn, clientIp, new Set());
+    // A connection from one of our own upstream sockets is a loop (its 'connect' has been seen by the next turn).
+    const from = `${canonicalIP(clientIp)} ${client.remotePort}`;
+    setImmediate(() => {
+      if (this.ownTcp.has(from)) {
+        this.loop(`tcp ${hp(clientIp, client.remotePort)} -> ${where(dest.host, l.port, 'tcp')}`);
+        return reset(client);
+      }
+      this.dial(l, dest, conn, clientIp, new Set());
+    });
   }
 
   closed(conn) {
@@ -271,6 +292,9 @@ export class UserspaceProxy {
       up.off('error', failed);
       if (client.destroyed) return up.destroy();
       conn.paired = true;
+      const own = `${canonicalIP(up.localAddress ?? '')} ${up.localPort}`;
+      this.ownTcp.add(own);
+      up.once('close', () => this.ownTcp.delete(own));
       if (this.o.logConnections) log(`tcp ${hp(clientIp, client.remotePort)} -> ${where(dest.host, l.port, 'tcp')} -> ${hp(ep.ip, ep.port)}`);
       up.on('error', () => this.kill(conn));
       // Either side gone before its peer's data was all passed on (an error, a reset, a destroy): the other goes too.
@@ -296,7 +320,9 @@ export class UserspaceProxy {
     const key = `${rinfo.address} ${rinfo.port}`;
     let s = l.sessions.get(key);
     if (!s) {
-      if (this.stopping || this.capped()) return;
+      if (this.stopping) return;
+      if (this.ownUdp.has(`${canonicalIP(rinfo.address)} ${rinfo.port}`)) return this.loop(`udp ${hp(rinfo.address, rinfo.port)} -> ${where(l.host, l.port, 'udp')}`);
+      if (this.capped()) return;
       const ep = l.backend.pick(rinfo.address, new Set(), Date.now());
       if (!ep) {
         if (this.o.logConnections) log(`udp ${hp(rinfo.address, rinfo.port)} -> ${where(l.host, l.port, 'udp')}: no endpoint, dropped`);
@@ -322,6 +348,15 @@ export class UserspaceProxy {
     // A refused datagram (ICMP port unreachable) or a send error: the session ends, the next datagram opens another.
     up.on('error', () => this.closeSession(l, s));
     up.connect(ep.port, ep.ip, () => {
+      try {
+        const a = up.address();
+        if (l.sessions.get(s.key) === s) {
+          s.own = `${canonicalIP(a.address)} ${a.port}`;
+          this.ownUdp.add(s.own);
+        }
+      } catch {
+        // closed already
+      }
       const pending = s.pending;
       s.pending = undefined;
       for (const m of pending ?? []) up.send(m);
@@ -333,6 +368,7 @@ export class UserspaceProxy {
   closeSession(l, s) {
     if (l.sessions.get(s.key) !== s) return;
     l.sessions.delete(s.key);
+    if (s.own) this.ownUdp.delete(s.own);
     this.udp--;
     try {
       s.up.close();

@@ -434,3 +434,65 @@ t.test('Backend: one affinity for a Service port, whichever address the client c
   t.not(other, first, 'not in this scope: another, which the client keeps from then on');
   t.equal(internal.pick('client', new Set(), 30)!.ip, other);
 });
+
+t.test('an endpoint that leads back into the proxy (a node address the planner cannot know, such as one of a local route at a NodePort) is refused at run time: one hop, no storm', async (t) => {
+  interface ProxyT {
+    reconcile(plan: Map<string, Planned>): Promise<Array<{ where: string; why: string }>>;
+    onTcp(l: unknown, c: unknown): void;
+    onUdp(l: unknown, m: unknown, r: unknown): void;
+    stop(): void;
+    tcp: number;
+    udp: number;
+  }
+  const { UserspaceProxy } = (await import(pathToFileURL(libPath).href)) as { UserspaceProxy: new (o: Record<string, unknown>) => ProxyT };
+  const { createServer, connect } = await import('node:net');
+  const dgram = await import('node:dgram');
+  // Free ports on 127.0.0.1 (the planner refuses loopback endpoints: the plan is written by hand here).
+  const free = async (): Promise<number> => {
+    const s = createServer();
+    await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve));
+    const port = (s.address() as { port: number }).port;
+    await new Promise<void>((resolve) => s.close(() => resolve()));
+    return port;
+  };
+  const port = await free();
+  const loop = (proto: string): Planned => ({
+    key: `${proto} 127.0.0.1 ${port}`,
+    proto,
+    family: 4,
+    host: '127.0.0.1',
+    port,
+    nodePort: false,
+    label: `loop ${proto}`,
+    backend: { key: `loop ${proto}`, affinityKey: `loop ${proto}`, endpoints: [{ ip: '127.0.0.1', port, id: `127.0.0.1 ${port}` }], affinityMs: 0 },
+  });
+  const proxy = new UserspaceProxy({ ...lib.readOptions({}), maxConnections: 300 });
+  const stderr = process.stderr.write.bind(process.stderr);
+  const logged: string[] = [];
+  process.stderr.write = ((s: string) => (logged.push(String(s)), true)) as typeof process.stderr.write;
+  t.teardown(() => {
+    process.stderr.write = stderr;
+    proxy.stop();
+  });
+  t.same(await proxy.reconcile(new Map([[`tcp 127.0.0.1 ${port}`, loop('tcp')], [`udp 127.0.0.1 ${port}`, loop('udp')]])), [], 'both listeners up');
+  let accepted = 0;
+  let datagrams = 0;
+  const onTcp = proxy.onTcp.bind(proxy);
+  const onUdp = proxy.onUdp.bind(proxy);
+  proxy.onTcp = (l, c) => (accepted++, onTcp(l, c));
+  proxy.onUdp = (l, m, r) => (datagrams++, onUdp(l, m, r));
+
+  const client = connect({ host: '127.0.0.1', port });
+  client.on('error', () => {});
+  await within(new Promise((resolve) => client.on('close', resolve)), () => 'the client is closed', WAIT_MS);
+  const u = dgram.createSocket('udp4');
+  u.send('x', port, '127.0.0.1');
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  u.close();
+  t.equal(accepted, 2, 'TCP: the client and the one looped connection, refused');
+  t.equal(datagrams, 2, "UDP: the client's datagram and the one looped datagram, dropped");
+  t.equal(proxy.tcp, 0, 'no TCP connection left');
+  t.equal(proxy.udp, 1, "only the client's session");
+  t.ok(logged.some((l) => /tcp 127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+\/tcp: it comes from this proxy itself/.test(l)), 'the TCP loop is logged', { logged });
+  t.notOk(logged.some((l) => /the cap .* is reached/.test(l)), 'the connection cap is never reached', { logged });
+});
