@@ -2,6 +2,7 @@
 // IPs only, never the node's loopback or link-local ones, each in one
 // spelling. See userspace-proxy.mjs.
 import net from 'node:net';
+import os from 'node:os';
 
 const V4 = /^(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$/;
 
@@ -59,3 +60,9 @@ export function canonicalIP(s) {
 /** An integer port, 1 to 65535. */
 export const isPort = (p) => Number.isInteger(p) && p >= 1 && p <= 65535;
 
+/** The node's own addresses (an endpoint there at a NodePort would loop back into the proxy). */
+export function localAddresses() {
+  const out = new Set();
+  for (const list of Object.values(os.networkInterfaces())) for (const a of list ?? []) out.add(canonicalIP(a.address));
+  return out;
+}

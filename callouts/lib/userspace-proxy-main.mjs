@@ -3,7 +3,8 @@
 // fd 3; ends at EOF, SIGTERM or SIGINT. See userspace-proxy.mjs.
 import { fstatSync, readlinkSync } from 'node:fs';
 import { ack, log, readOptions } from './userspace-proxy-common.mjs';
-import { localAddresses, UserspaceProxy } from './userspace-proxy.mjs';
+import { localAddresses } from './userspace-proxy-address.mjs';
+import { UserspaceProxy } from './userspace-proxy.mjs';
 import { FrameReader, planListeners, ServiceTable } from './userspace-proxy-state.mjs';
 
 export function main() {

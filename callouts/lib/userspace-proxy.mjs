@@ -26,25 +26,24 @@
 //   NodePort's socket, by the connection's local address (Linux lets no
 //   socket listen beside a wildcard one); UDP ones share the port
 //   (SO_REUSEADDR). An endpoint that is one of the proxy's own listeners is
-//   skipped (a loop), and so are loopback and link-local addresses.
+//   skipped (a loop), and so are loopback and link-local addresses; a loop
+//   the state cannot show (a node address of a local route at a NodePort)
+//   is refused at run time: a connection or datagram from one of the
+//   proxy's own upstream sockets.
 //
 // Frames (stdin) are applied one at a time: listeners of removed Services or
-// ports are closed, new ones opened, the others keep their socket and their
-// connections (only the endpoints used by new connections change; UDP
-// sessions to an endpoint that is gone are closed). The ack on fd 3 is `ok`
-// when every listener of the state is up, else `error` naming each address,
-// port and errno that could not be bound (the rest serves; the bind is tried
-// again on the next frame). Invalid addresses and ports are logged and
-// skipped; state strings are only ever used as map keys and, JSON-quoted, in
-// log lines. At the end of stdin, or on SIGTERM / SIGINT, the listeners and
-// connections are closed and it exits 0. SIGUSR2 logs a stats line.
-// This module is the proxy; userspace-proxy-main.mjs its main (frames in,
-// acks out), userspace-proxy-state.mjs checks and plans the state and reads
-// frames, -address.mjs checks addresses, -backend.mjs picks endpoints,
-// -common.mjs holds the options and logging.
+// ports are closed, new ones opened, the others keep their socket and
+// connections (UDP sessions to an endpoint that is gone are closed). The ack
+// on fd 3 is `ok` when every listener is up, else `error` naming each
+// address, port and errno not bound (tried again on the next frame). State
+// strings are only map keys and, JSON-quoted, log lines. At the end of
+// stdin, or on SIGTERM / SIGINT, everything is closed and it exits 0;
+// SIGUSR2 logs a stats line. This module is the proxy; -main.mjs its main
+// (frames in, acks out), -state.mjs plans the state and reads frames,
+// -address.mjs checks addresses, -backend.mjs picks endpoints, -common.mjs
+// holds the options and logging.
 import dgram from 'node:dgram';
 import net from 'node:net';
-import os from 'node:os';
 import { Backend, reset } from './userspace-proxy-backend.mjs';
 import { log } from './userspace-proxy-common.mjs';
 import { canonicalIP } from './userspace-proxy-address.mjs';
@@ -56,17 +55,9 @@ export * from './userspace-proxy-state.mjs';
 export * from './userspace-proxy-address.mjs';
 export { main } from './userspace-proxy-main.mjs';
 
-/** Datagrams kept per UDP session while its upstream socket connects. */
+/** Datagrams kept per UDP session while its upstream socket connects; the longest timer Node keeps (a longer one fires at once). */
 const UDP_PENDING_MAX = 64;
-/** The longest timer Node keeps (a longer one fires at once). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
-
-/** The node's own addresses (an endpoint there at a NodePort would loop back into the proxy). */
-export function localAddresses() {
-  const out = new Set();
-  for (const list of Object.values(os.networkInterfaces())) for (const a of list ?? []) out.add(canonicalIP(a.address));
-  return out;
-}
 
 export class UserspaceProxy {
   constructor(options) {
@@ -202,10 +193,9 @@ export class UserspaceProxy {
   /** An endpoint that leads back into the proxy (one of the node's addresses at a NodePort, found at run time): logged at most once a second. */
   loop(what) {
     const now = Date.now();
-    if (now - this.loopLogged > 1000) {
-      this.loopLogged = now;
-      log(`${what}: it comes from this proxy itself (an endpoint that is one of its own listeners, a loop): refused`);
-    }
+    if (now - this.loopLogged <= 1000) return;
+    this.loopLogged = now;
+    log(`${what}: it comes from this proxy itself (an endpoint that is one of its own listeners, a loop): refused`);
   }
 
   capped() {
