@@ -279,6 +279,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
       return deliver(state, options);
     },
     status: mt ? (st) => mt.onSourceStatus(st) : undefined,
+    worked: () => compactor.poke(),
   };
 
   let failure: unknown;

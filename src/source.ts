@@ -34,6 +34,12 @@ export interface StateSink {
   push(state: State, options?: PushOptions): void | Promise<void>;
   /** Status changes of a live source. */
   status?: ((status: SourceStatus) => void) | undefined;
+  /**
+   * The source did a burst of work that gave no new state (a re-list that
+   * changed nothing this node sees): the memory it used may be given back
+   * once things are quiet, as after a state.
+   */
+  worked?: (() => void) | undefined;
 }
 
 export interface Source {

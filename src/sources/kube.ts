@@ -162,7 +162,8 @@ function runKube(options: KubeSourceOptions, sink: StateSink, signal: AbortSigna
     const timeoutSeconds = (): number => options.watchTimeoutSeconds ?? Math.floor(min + Math.random() * (max - min));
     /** Watches one resource; its objects (parsed JSON, typed by convert/kube-objects.ts) go to the view's `set` or `del`. */
     const watch = <T>(where: Pick<ListWatchOptions, 'resource' | 'group' | 'path' | 'labelSelector' | 'fieldSelector'>, set: (obj: T) => boolean, del: (obj: T) => boolean): void => {
-      addListWatch({ ...where, client, supervisor, server, logger: log, timeoutSeconds, onObject: (o: ApiObject, deleted) => changed(deleted ? del(o as T) : set(o as T)) });
+      // A re-list that changes nothing publishes no state: its garbage (~40 MB of pages at 10,000 Services) is still given back.
+      addListWatch({ ...where, client, supervisor, server, logger: log, timeoutSeconds, onObject: (o: ApiObject, deleted) => changed(deleted ? del(o as T) : set(o as T)), onListed: () => sink.worked?.() });
     };
     const onlyThisNode = `metadata.name=${nodeName}`;
     watch<KubeService>(

@@ -485,3 +485,17 @@ t.test('a --node-name with no Node in the API is warned about once the lists are
   await within(found.sink.waitForStates(1), 'first state');
   t.same(found.log.matching(/no such Node/), [], 'no warning for a Node that exists');
 });
+
+t.test('a re-list that changes nothing publishes no state, yet tells the sink it worked (memory is given back)', async (t) => {
+  const { sink, srv } = await setup(t, { objects: [['services', service('web')], ['endpointslices', slice('web-a', 'web', [{ ip: '10.9.0.1' }])], ['nodes', node('node-a')]] });
+  await within(sink.waitForStates(1), 'first state');
+  await watching(srv);
+  let worked = 0;
+  (sink as { worked?: () => void }).worked = () => worked++;
+  const relist = srv.waitForRequest((r) => !r.watch && r.path === '/api/v1/services');
+  srv.expireWatches('services');
+  await within(relist, 're-list after ERROR 410');
+  await watching(srv);
+  t.equal(sink.states.length, 1, 'no new state: nothing changed');
+  t.ok(worked >= 1, 'the re-list was reported');
+});

@@ -61,6 +61,8 @@ export interface ListWatchOptions extends ResourceName {
   logger: Logger;
   /** An object added or updated (`deleted` false), or deleted (maybe only its namespace and name). */
   onObject: (obj: ApiObject, deleted: boolean) => void;
+  /** A list completed (its objects handed over). */
+  onListed?: (() => void) | undefined;
 }
 
 /** A failure already in words, thrown out of the loop. */
@@ -258,6 +260,7 @@ export class ListWatch implements Member {
     this.rv = rv;
     this.listedOnce = true;
     o.supervisor.listed(this, seen.size);
+    o.onListed?.();
   }
 
   /** Watches from the resume point until the stream ends. Resolves true on 410 Gone. */
