@@ -161,20 +161,43 @@ function runKube(options: KubeSourceOptions, sink: StateSink, signal: AbortSigna
     const { min, max } = DEFAULT_WATCH_TIMEOUT_S;
     const timeoutSeconds = (): number => options.watchTimeoutSeconds ?? Math.floor(min + Math.random() * (max - min));
     /** Watches one resource; its objects (parsed JSON, typed by convert/kube-objects.ts) go to the view's `set` or `del`. */
-    const watch = <T>(where: Pick<ListWatchOptions, 'resource' | 'group' | 'path' | 'labelSelector' | 'fieldSelector'>, set: (obj: T) => boolean, del: (obj: T) => boolean): void => {
-      // A re-list that changes nothing publishes no state: its garbage (~40 MB of pages at 10,000 Services) is still given back.
-      addListWatch({ ...where, client, supervisor, server, logger: log, timeoutSeconds, onObject: (o: ApiObject, deleted) => changed(deleted ? del(o as T) : set(o as T)), onListed: () => sink.worked?.() });
+    const watch = <T>(
+      where: Pick<ListWatchOptions, 'resource' | 'group' | 'path' | 'labelSelector' | 'fieldSelector'>,
+      set: (obj: T) => boolean,
+      del: (obj: T) => boolean,
+      stage?: (obj: T) => () => boolean,
+    ): void => {
+      addListWatch({
+        ...where,
+        client,
+        supervisor,
+        server,
+        logger: log,
+        timeoutSeconds,
+        onObject: (o: ApiObject, deleted) => changed(deleted ? del(o as T) : set(o as T)),
+        // A re-list keeps what the view makes of each object, not the object, until it is complete.
+        stage:
+          stage &&
+          ((o: ApiObject) => {
+            const apply = stage(o as T);
+            return () => changed(apply());
+          }),
+        // A re-list that changes nothing publishes no state: its garbage (~40 MB of pages at 10,000 Services) is still given back.
+        onListed: () => sink.worked?.(),
+      });
     };
     const onlyThisNode = `metadata.name=${nodeName}`;
     watch<KubeService>(
       { resource: 'services', group: '', path: '/api/v1/services', labelSelector: selector },
       (o) => view.setService(o),
       (o) => view.deleteService(o),
+      (o) => view.stageService(o),
     );
     watch<KubeEndpointSlice>(
       { resource: 'endpointslices', group: 'discovery.k8s.io', path: '/apis/discovery.k8s.io/v1/endpointslices' },
       (o) => view.setSlice(o),
       (o) => view.deleteSlice(o),
+      (o) => view.stageSlice(o),
     );
     watch<KubeNode>(
       { resource: 'nodes', group: '', path: '/api/v1/nodes', fieldSelector: onlyThisNode },

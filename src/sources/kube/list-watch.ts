@@ -13,7 +13,9 @@
  *   again from there;
  * - 410 Gone (an ERROR event or the HTTP status) lists again: the objects no
  *   longer listed are handed over as deleted, and a re-list's changes all
- *   in one tick, so a state is never computed from half of one;
+ *   in one tick, so a state is never computed from half of one (each is
+ *   staged as it is read, `stage`, so that the objects themselves are not
+ *   kept until then);
  * - everything else is a failure, in words (failures.ts), for the
  *   supervisor, which restarts the loop: after a lost connection it resumes
  *   from its resourceVersion (no list); after a watch the server refused, it
@@ -61,6 +63,12 @@ export interface ListWatchOptions extends ResourceName {
   logger: Logger;
   /** An object added or updated (`deleted` false), or deleted (maybe only its namespace and name). */
   onObject: (obj: ApiObject, deleted: boolean) => void;
+  /**
+   * Readies an object a re-list changed, as it is read: what it returns is
+   * kept instead of the object until the list is complete, then called in
+   * place of `onObject(obj, false)`. Unset: the object itself is kept.
+   */
+  stage?: ((obj: ApiObject) => () => void) | undefined;
   /** A list completed (its objects handed over). */
   onListed?: (() => void) | undefined;
 }
@@ -95,6 +103,20 @@ export function continueToken(page: Buffer): string | undefined {
 }
 
 const statusOf = (err: unknown): number | undefined => (err instanceof ApiError ? err.statusCode : undefined);
+
+// A re-list's change, to apply once it is complete. Made here, not in the
+// list's item callback: a closure made there would keep the callback's
+// whole scope, the parsed object included, whatever `stage` kept instead.
+const handOver =
+  (o: ListWatchOptions, obj: ApiObject): (() => void) =>
+  () =>
+    o.onObject(obj, false);
+const staged =
+  (known: Map<string, string>, key: string, version: string, apply: () => void): (() => void) =>
+  () => {
+    known.set(key, version);
+    apply();
+  };
 
 /** A list/watch loop for one resource, added to `o.supervisor` (which starts it). */
 export function addListWatch(o: ListWatchOptions): ListWatch {
@@ -205,7 +227,7 @@ export class ListWatch implements Member {
     // not synced): pages go over as they come. Later, in one tick at the end.
     const direct = !this.listedOnce;
     const seen = new Set<string>();
-    let changed: ApiObject[] = [];
+    let changed: Array<() => void> = [];
     let restarted = false;
     let rv: string | undefined;
     let next = this.page(signal, undefined);
@@ -217,8 +239,8 @@ export class ListWatch implements Member {
       seen.add(key);
       const version = obj.metadata?.resourceVersion;
       if (version && this.known.get(key) === version) return;
-      if (direct) this.take(obj);
-      else changed.push(obj);
+      if (direct) return this.take(obj);
+      changed.push(staged(this.known, key, version ?? '', o.stage ? o.stage(obj) : handOver(o, obj)));
     };
     for (;;) {
       let meta: PageMeta;
@@ -251,7 +273,7 @@ export class ListWatch implements Member {
       }
       next = cont === prefetched?.cont ? prefetched : this.page(signal, cont);
     }
-    for (const obj of changed) this.take(obj);
+    for (const apply of changed) apply();
     for (const key of this.known.keys()) {
       if (seen.has(key)) continue;
       this.known.delete(key);

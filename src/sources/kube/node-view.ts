@@ -100,8 +100,18 @@ export class NodeView {
 
   /** A Service added or updated (one not selected by the service-proxy-name rule counts as deleted). */
   setService(svc: KubeService): boolean {
-    if (!isServiceSelected(svc, this.options.serviceProxyName)) return this.deleteService(svc);
+    return this.stageService(svc)();
+  }
+
+  /**
+   * `setService` in two steps: the Service is converted now, and the
+   * returned function sets it (and returns what `setService` would). What is
+   * kept in between is the conversion, not the object: a re-list stages its
+   * objects as they are read, and sets them all once it is complete.
+   */
+  stageService(svc: KubeService): () => boolean {
     const path = pathOf(svc);
+    if (!isServiceSelected(svc, this.options.serviceProxyName)) return () => this.forgetService(path);
     const entry: ServiceEntry = { model: undefined, error: undefined, policies: { internalLocal: false, externalLocal: false } };
     try {
       entry.model = convertService(svc, { labels: this.options.labels, annotations: this.options.annotations });
@@ -109,13 +119,18 @@ export class NodeView {
     } catch (err) {
       entry.error = (err as Error).message;
     }
-    this.services.set(path, entry);
-    this.dirty.add(path);
-    return true;
+    return () => {
+      this.services.set(path, entry);
+      this.dirty.add(path);
+      return true;
+    };
   }
 
   deleteService(svc: KubeService): boolean {
-    const path = pathOf(svc);
+    return this.forgetService(pathOf(svc));
+  }
+
+  private forgetService(path: string): boolean {
     if (!this.services.delete(path)) return false;
     this.dirty.add(path);
     return true;
@@ -123,22 +138,37 @@ export class NodeView {
 
   /** An EndpointSlice added or updated: filed under the Service its label names (moved when that changes). */
   setSlice(slice: KubeEndpointSlice): boolean {
-    const svcName = sliceServiceName(slice);
-    return this.fileSlice(slice, svcName ? `${slice.metadata?.namespace ?? ''}/${svcName}` : undefined);
-  }
-
-  deleteSlice(slice: KubeEndpointSlice): boolean {
-    return this.fileSlice(slice, undefined);
+    return this.stageSlice(slice)();
   }
 
   /**
-   * Files `slice` under the Service `owner` (undefined: under none), marking
-   * the Services it leaves and joins; an update that changes nothing this
-   * node sees marks none.
+   * `setSlice` in two steps (see `stageService`): the slice is compiled now
+   * (for the node, against the slice as filed now), and the returned
+   * function files it.
    */
-  private fileSlice(slice: KubeEndpointSlice, owner: string | undefined): boolean {
+  stageSlice(slice: KubeEndpointSlice): () => boolean {
+    const svcName = sliceServiceName(slice);
+    const owner = svcName ? `${slice.metadata?.namespace ?? ''}/${svcName}` : undefined;
     const key = pathOf(slice);
     const name = slice.metadata?.name ?? '';
+    let compiled: CompiledSlice | undefined;
+    if (owner !== undefined) {
+      const before = this.sliceOwner.get(key);
+      compiled = compileSlice(slice, this.options.nodeName, before !== undefined ? this.slicesByService.get(before)?.get(name) : undefined);
+    }
+    return () => this.fileSlice(key, name, owner, compiled);
+  }
+
+  deleteSlice(slice: KubeEndpointSlice): boolean {
+    return this.fileSlice(pathOf(slice), slice.metadata?.name ?? '', undefined, undefined);
+  }
+
+  /**
+   * Files the slice `key` (named `name`), compiled as `compiled`, under the
+   * Service `owner` (undefined: under none), marking the Services it leaves
+   * and joins; an update that changes nothing this node sees marks none.
+   */
+  private fileSlice(key: string, name: string, owner: string | undefined, compiled: CompiledSlice | undefined): boolean {
     const before = this.sliceOwner.get(key);
     const old = before !== undefined ? this.slicesByService.get(before)?.get(name) : undefined;
     let changed = false;
@@ -150,8 +180,7 @@ export class NodeView {
       this.dirty.add(before);
       changed = true;
     }
-    if (owner !== undefined) {
-      const compiled = compileSlice(slice, this.options.nodeName, old);
+    if (owner !== undefined && compiled !== undefined) {
       if (before === owner && old !== undefined && sameSlice(old, compiled)) return false;
       let group = this.slicesByService.get(owner);
       if (!group) this.slicesByService.set(owner, (group = new Map()));

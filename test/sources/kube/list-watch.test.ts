@@ -11,6 +11,7 @@ import { loadKubeConfig } from '../../../src/sources/kube/config.js';
 import { ApiClient } from '../../../src/sources/kube/http.js';
 import { addListWatch, continueToken, type ApiObject } from '../../../src/sources/kube/list-watch.js';
 import { ListWatchSupervisor } from '../../../src/sources/kube/supervisor.js';
+import { fullGc } from '../../../src/memory.js';
 import { KubeApiServer } from '../../helpers/kube-api-server.js';
 import { service } from '../../helpers/kube-objects.js';
 import { captureLog, recordingSink } from '../../helpers/sink.js';
@@ -24,7 +25,7 @@ const SELECTOR = '!service.kubernetes.io/headless';
  * array per tick of the event loop; `seenAt(n)` resolves once it holds `n`
  * entries.
  */
-async function servicesLoop(t: Test, srv: KubeApiServer, o: { timeoutSeconds?: number; pageSize?: number } = {}) {
+async function servicesLoop(t: Test, srv: KubeApiServer, o: { timeoutSeconds?: number; pageSize?: number; stage?: (obj: ApiObject) => ApiObject } = {}) {
   await srv.listen();
   const { kubeConfig } = loadKubeConfig({ kubeconfig: srv.writeKubeconfig(), env: {} });
   const client = new ApiClient({ server: srv.url, credentials: credentialsFor(kubeConfig) });
@@ -35,6 +36,24 @@ async function servicesLoop(t: Test, srv: KubeApiServer, o: { timeoutSeconds?: n
   const ticks: string[][] = [];
   let tick: string[] | undefined;
   const ee = new EventEmitter();
+  const handOver = (obj: ApiObject, deleted: boolean): void => {
+    const what = `${deleted ? '-' : '+'}${obj.metadata?.namespace}/${obj.metadata?.name}`;
+    seen.push(what);
+    if (!tick) {
+      ticks.push((tick = []));
+      setImmediate(() => (tick = undefined));
+    }
+    tick.push(what);
+    ee.emit('seen');
+  };
+  // With `o.stage`: a re-list keeps what it returns, handed over once the list is complete.
+  const keep = o.stage;
+  const stage = keep
+    ? (obj: ApiObject) => {
+        const kept = keep(obj);
+        return () => handOver(kept, false);
+      }
+    : undefined;
   const loop = addListWatch({
     resource: 'services',
     group: '',
@@ -46,16 +65,8 @@ async function servicesLoop(t: Test, srv: KubeApiServer, o: { timeoutSeconds?: n
     supervisor,
     server: srv.url,
     logger: log.logger,
-    onObject: (obj: ApiObject, deleted) => {
-      const what = `${deleted ? '-' : '+'}${obj.metadata?.namespace}/${obj.metadata?.name}`;
-      seen.push(what);
-      if (!tick) {
-        ticks.push((tick = []));
-        setImmediate(() => (tick = undefined));
-      }
-      tick.push(what);
-      ee.emit('seen');
-    },
+    onObject: handOver,
+    stage,
   });
   supervisor.start();
   t.teardown(async () => {
@@ -171,6 +182,51 @@ t.test('410 Gone (ERROR event, then HTTP status): listed again; the changes in o
   t.same((await seenAt(7)).slice(6), ['-default/keep']);
   srv.add('services', service('later'));
   t.same((await seenAt(8)).slice(7), ['+default/later'], 'watching again after the re-list');
+});
+
+t.test('a re-list stages each changed object as it is read (`stage`), keeps only what that returns, and applies them all in one tick once complete', async (t) => {
+  const gc = fullGc();
+  t.ok(gc, 'a garbage collector to call');
+  if (!gc) return;
+  const srv = new KubeApiServer();
+  srv.add('services', ...names('keep', 'change', 'gone'));
+  const staged: string[] = [];
+  // Per object staged: how many of the objects staged before it are still alive (after a full collection).
+  const alive: number[] = [];
+  const refs: Array<WeakRef<ApiObject>> = [];
+  const stage = (obj: ApiObject): ApiObject => {
+    gc();
+    alive.push(refs.filter((r) => r.deref() !== undefined).length);
+    refs.push(new WeakRef(obj));
+    staged.push(`${obj.metadata?.namespace}/${obj.metadata?.name}`);
+    return { metadata: { namespace: obj.metadata?.namespace ?? null, name: obj.metadata?.name ?? null } };
+  };
+  const { sink, seen, seenAt, ticks, watching } = await servicesLoop(t, srv, { pageSize: 1, stage });
+  await within(sink.waitForStatus((s) => s.connected && s.synced), 'synced');
+  t.same([...(await seenAt(3))].sort(), ['+default/change', '+default/gone', '+default/keep'], 'the first list is handed over as it comes');
+  t.same(staged, [], 'nothing staged');
+  await watching();
+  srv.dropWatches();
+  srv.update('services', service('change', { port: 81 }));
+  srv.remove('services', 'default', 'gone');
+  srv.add('services', service('new'));
+  srv.add('services', service('newer'));
+  srv.compact();
+  const after = await seenAt(7);
+  t.same(staged, ['default/change', 'default/new', 'default/newer'], 'the changed and new objects were staged (one per page), the unchanged not');
+  t.same(alive, [0, 0, 0], 'the parsed objects staged before are not kept');
+  t.same(after.slice(3), ['+default/change', '+default/new', '+default/newer', '-default/gone'], 'what was staged applied, then the deletions');
+  t.same(ticks.at(-1), ['+default/change', '+default/new', '+default/newer', '-default/gone'], 'in one tick');
+  await watching();
+  srv.update('services', service('keep', { port: 82 }));
+  t.same((await seenAt(8)).slice(7), ['+default/keep'], 'watch events are handed over as before');
+  t.equal(staged.length, 3, 'not staged');
+  const relist = srv.waitForRequest((r) => !r.watch);
+  srv.expireWatches('services');
+  await within(relist, 'another re-list');
+  await watching();
+  t.equal(staged.length, 3, 'a re-list that changed nothing staged nothing');
+  t.equal(seen.length, 8, 'and handed nothing over');
 });
 
 t.test('watches that expire (410) at once, again and again: a failure after three, retried with the backoff, not a tight loop', async (t) => {

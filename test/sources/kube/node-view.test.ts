@@ -99,6 +99,44 @@ t.test('slices: before or after their Service, several per Service, moved, delet
   t.same(eps(v.state(), 'api'), ['10.0.0.3']);
 });
 
+t.test('staged (as a re-list does): nothing changes until applied; applied, as set*, moves and relabels included', async (t) => {
+  const { v } = view({ serviceProxyName: 'mine' });
+  const { v: ref } = view({ serviceProxyName: 'mine' });
+  type Obj = [KubeService | KubeEndpointSlice, boolean];
+  const set = (x: NodeView, [o, isSvc]: Obj): boolean => (isSvc ? x.setService(o as KubeService) : x.setSlice(o as KubeEndpointSlice));
+  const stage = (x: NodeView, [o, isSvc]: Obj): (() => boolean) => (isSvc ? x.stageService(o as KubeService) : x.stageSlice(o as KubeEndpointSlice));
+  const first: Obj[] = [
+    [service('web', { proxyName: 'mine' }), true],
+    [service('api', { proxyName: 'mine' }), true],
+    [slice('web-a', 'web', [{ ip: '10.0.0.1', node: 'node-a' }, { ip: '10.0.0.2' }]), false],
+    [slice('web-b', 'web', [{ ip: '10.0.0.3' }]), false],
+  ];
+  for (const o of first) for (const x of [v, ref]) set(x, o);
+  const before = v.state();
+  // The re-list: web relabelled away, web-b moved to api, web-a's endpoints changed, a new slice.
+  const second: Obj[] = [
+    [service('web', { proxyName: 'other' }), true],
+    [slice('web-a', 'web', [{ ip: '10.0.0.1', node: 'node-a' }, { ip: '10.0.0.5' }]), false],
+    [slice('web-b', 'api', [{ ip: '10.0.0.3' }]), false],
+    [slice('api-c', 'api', [{ ip: '10.0.0.6', node: 'node-a' }]), false],
+  ];
+  const staged = second.map((o) => stage(v, o));
+  t.equal(v.state(), before, 'staging changes nothing (the same state)');
+  t.same(
+    staged.map((apply) => apply()),
+    second.map((o) => set(ref, o)),
+    'each applied says what set* says',
+  );
+  t.ok(sameState(v.state(), ref.state()), 'the same state as set*');
+  t.same(eps(v.state(), 'api'), ['10.0.0.3', '10.0.0.6:L']);
+  t.equal(v.sliceCount, ref.sliceCount);
+  t.same(
+    second.slice(1).map((o) => stage(v, o)()),
+    [false, false, false],
+    'slices staged again unchanged mark nothing',
+  );
+});
+
 t.test("the zone: from this node's Node only; topology hints follow it", async (t) => {
   const { v, log } = view();
   v.setService(service('hinted'));
