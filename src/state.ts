@@ -81,7 +81,7 @@ export const comparePaths = (a: string, b: string): number => compareUtf8(a, b, 
  * string on charCodeAt): a cached encoding otherwise keeps its whole tree of
  * pieces alive, about 1 KB per Service.
  */
-function flat(s: string): string {
+export function flat(s: string): string {
   flatSink ^= s.charCodeAt(0); // a store, so that no optimizer drops the call
   return s;
 }

@@ -17,6 +17,7 @@ import { writeEndpointKey } from './endpoint-key.js';
 import { ConversionError, Fields } from './fields.js';
 import { addIP } from './ip.js';
 import { LABEL_SERVICE_NAME, labelsOf, type KubeEndpointSlice, type KubeService } from './kube-objects.js';
+import { keyOrder } from './key-order.js';
 import { hex64, xxh64Hex } from './xxhash.js';
 
 /** Which node the endpoints are computed for. */
@@ -277,22 +278,15 @@ const scopeOf = (local: boolean, p: Policies): number => (local || !p.internalLo
 /** Zone hints let the endpoint through (none, or one for the node's zone; an unknown zone lets no hinted endpoint through). */
 const inZone = (zones: readonly string[] | undefined, zone: string | undefined): boolean => zones === undefined || (zone !== undefined && zones.includes(zone));
 
-/**
- * The endpoints one node sees for a Service, from its compiled slices (the
- * caller groups slices by their `kubernetes.io/service-name` label; see
- * `sliceServiceName`). Applies kpng's node-local rules: Scopes from the
- * traffic policies (both false: dropped), zone hints, identical endpoints
- * collapsed (even across slices).
- *
- * A slice that does not read is left out and given to `bad` with its index
- * in `slices` (in slice order). Returns the endpoints in path order, each to
- * store at `namespace/name/key`. The key is `endpointKey`; when two
- * different endpoints share it (same hostname, IPs and locality but e.g.
- * different ports), both get `-` and the hash of their full encoding
- * appended.
- */
-export function nodeEndpoints(slices: readonly CompiledSlice[], policies: Policies, zone: string | undefined, bad: (index: number, err: ConversionError) => void): NodeEndpoint[] {
-  const picked: NodeEndpoint[] = [];
+/** The endpoints a node sees, before ordering: the `n`th is endpoint `at[n]` of slice `from[n]`. */
+interface Picked {
+  from: CompiledSlice[];
+  at: number[];
+}
+
+/** Applies the node-local rules of `nodeEndpoints` (not the order or the collapsing) to `slices`. */
+function pick(slices: readonly CompiledSlice[], policies: Policies, zone: string | undefined, bad: (index: number, err: ConversionError) => void): Picked {
+  const picked: Picked = { from: [], at: [] };
   const chosen: number[] = [];
   slices.forEach((slice, si) => {
     if (slice.error) return bad(si, slice.error);
@@ -308,9 +302,35 @@ export function nodeEndpoints(slices: readonly CompiledSlice[], policies: Polici
       if (scopeOf(words[3 * i + 2] === 1, policies) !== 0) chosen.push(i);
     }
     for (const i of chosen) {
-      picked.push({ key: hex64(words[3 * i]!, words[3 * i + 1]!), head: heads[i] as string, tail: slice.tail(scopeOf(words[3 * i + 2] === 1, policies)) });
+      picked.from.push(slice);
+      picked.at.push(i);
     }
   });
+  return picked;
+}
+
+/**
+ * The endpoints one node sees for a Service, from its compiled slices (the
+ * caller groups slices by their `kubernetes.io/service-name` label; see
+ * `sliceServiceName`). Applies kpng's node-local rules: Scopes from the
+ * traffic policies (both false: dropped), zone hints, identical endpoints
+ * collapsed (even across slices).
+ *
+ * A slice that does not read is left out and given to `bad` with its index
+ * in `slices` (in slice order). Returns the endpoints in path order, each to
+ * store at `namespace/name/key`. The key is `endpointKey`; when two
+ * different endpoints share it (same hostname, IPs and locality but e.g.
+ * different ports), both get `-` and the hash of their full encoding
+ * appended.
+ */
+export function nodeEndpoints(slices: readonly CompiledSlice[], policies: Policies, zone: string | undefined, bad: (index: number, err: ConversionError) => void): NodeEndpoint[] {
+  const { from, at } = pick(slices, policies, zone, bad);
+  const picked: NodeEndpoint[] = new Array(from.length);
+  for (let n = 0; n < from.length; n++) {
+    const { heads, words } = from[n]!;
+    const i = at[n]!;
+    picked[n] = { key: hex64(words[3 * i]!, words[3 * i + 1]!), head: heads[i] as string, tail: from[n]!.tail(scopeOf(words[3 * i + 2] === 1, policies)) };
+  }
   // Stable: endpoints with one key keep their slice order.
   picked.sort(byKey);
   const out: NodeEndpoint[] = [];
@@ -339,6 +359,28 @@ export function nodeEndpoints(slices: readonly CompiledSlice[], policies: Polici
   }
   if (renamed) out.sort(byKey);
   return out;
+}
+
+/**
+ * As `nodeEndpoints`, only each endpoint's JSON (`head + tail`), in the same
+ * order: what the Kubernetes API source stores, ordered without the keys'
+ * strings (key-order.ts). Two endpoints with one key (rare) take `nodeEndpoints`.
+ */
+export function nodeEndpointJsons(slices: readonly CompiledSlice[], policies: Policies, zone: string | undefined, bad: (index: number, err: ConversionError) => void): string[] {
+  const { from, at } = pick(slices, policies, zone, bad);
+  const words = new Array<number>(2 * from.length);
+  for (let k = 0; k < from.length; k++) {
+    words[2 * k] = from[k]!.words[3 * at[k]!]!;
+    words[2 * k + 1] = from[k]!.words[3 * at[k]! + 1]!;
+  }
+  const order = keyOrder(words);
+  // One key for two: collapsed or renamed there (`bad` was told above).
+  if (!order) return nodeEndpoints(slices, policies, zone, () => {}).map((e) => e.head + e.tail);
+  return order.map((k) => {
+    const { heads, words: w } = from[k]!;
+    const i = at[k]!;
+    return (heads[i] as string) + from[k]!.tail(scopeOf(w[3 * i + 2] === 1, policies));
+  });
 }
 
 /**

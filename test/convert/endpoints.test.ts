@@ -4,7 +4,7 @@
  */
 import t from 'tap';
 import { marshalEndpoint } from '../../src/codec.js';
-import { compileSlice, convertEndpoints, nodeEndpoints, sameSlice } from '../../src/convert/endpoints.js';
+import { compileSlice, convertEndpoints, nodeEndpointJsons, nodeEndpoints, sameSlice } from '../../src/convert/endpoints.js';
 import { ConversionError } from '../../src/convert/fields.js';
 import { encodeEndpoint } from '../../src/gojson.js';
 import type { KubeEndpointSlice, KubeService } from '../../src/convert/kube-objects.js';
@@ -245,4 +245,29 @@ t.test('malformed endpoints count only where kpng reads them: after ready, after
     '0: endpoints[1].conditions: expected an object, got "c"',
     'one that does not count leaves the next',
   );
+});
+
+t.test('nodeEndpointJsons: the JSON of nodeEndpoints, in its order, with the same slices told bad', async (t) => {
+  const mk = (name: string, eps: unknown[], ports: unknown = [{ name: 'http', port: 8080 }]): KubeEndpointSlice => ({ metadata: { name }, ports, endpoints: eps } as KubeEndpointSlice);
+  const many = Array.from({ length: 40 }, (_, i) => ({ addresses: [`10.2.${i >> 3}.${i}`], nodeName: i % 3 ? 'node-b' : 'node-a', ...(i % 5 === 0 ? { hostname: `h${i}` } : {}) }));
+  const sets: KubeEndpointSlice[][] = [
+    [mk('s1', many)],
+    [mk('s1', many.slice(0, 20)), mk('s2', many.slice(10))],
+    // One key for two different endpoints (ports differ): renamed; and identical ones collapsed.
+    [mk('a', [{ addresses: ['10.1.0.1'] }, { addresses: ['10.1.0.2'] }]), mk('b', [{ addresses: ['10.1.0.1'] }], [{ port: 9090 }]), mk('c', [{ addresses: ['10.1.0.2'] }])],
+    [mk('bad', [{ addresses: 7 }]), mk('ok', many.slice(0, 5)), mk('zoned', [{ addresses: ['10.3.0.1'], hints: { forZones: [{ name: 'z1' }] } }, { addresses: ['10.3.0.2'], hints: { forZones: [{ name: 'z2' }] } }])],
+    [],
+  ];
+  for (const slices of sets) {
+    for (const [internalLocal, externalLocal] of [[false, false], [true, false], [false, true], [true, true]] as const) {
+      for (const zone of [undefined, 'z1']) {
+        const compiled = slices.map((s) => compileSlice(s, 'node-a'));
+        const badA: number[] = [];
+        const badB: number[] = [];
+        const want = nodeEndpoints(compiled, { internalLocal, externalLocal }, zone, (i) => badA.push(i)).map((e) => e.head + e.tail);
+        t.same(nodeEndpointJsons(compiled, { internalLocal, externalLocal }, zone, (i) => badB.push(i)), want);
+        t.same(badB, badA);
+      }
+    }
+  }
 });

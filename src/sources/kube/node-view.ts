@@ -9,8 +9,10 @@
  * It keeps only what the conversion needs, converted as each object arrives,
  * never the object (which carries managedFields, last-applied annotations
  * and everything else a proxy never reads):
- * - a Service: its traffic policies, and its model until the next state
- *   puts it in the store (the store keeps it as JSON);
+ * - a Service: its traffic policies, and its JSON until the next state
+ *   puts it in the store (encoded as it arrives: one flat string survives
+ *   the young generation's collections until then, where the model was a
+ *   tree of small objects for them to copy, 10,000 in a first sync);
  * - a slice: its ready endpoints as this node sees them (convert/endpoints
  *   `compileSlice`: JSON up to the ports, key hash, Local, zone hints), read
  *   once per change; an update hashes only the endpoints it changed, and the
@@ -25,13 +27,13 @@
  * It knows nothing of how the objects arrive, of timers or of the API
  * server, so it is tested with plain objects alone.
  */
-import { compileSlice, nodeEndpoints, policiesOf, sameSlice, sliceServiceName, type CompiledSlice, type NodeEndpoint, type Policies } from '../../convert/endpoints.js';
+import { compileSlice, nodeEndpointJsons, policiesOf, sameSlice, sliceServiceName, type CompiledSlice, type Policies } from '../../convert/endpoints.js';
 import type { GlobFilter } from '../../convert/glob.js';
 import { LABEL_ZONE, type KubeEndpointSlice, type KubeMeta, type KubeNode, type KubeService } from '../../convert/kube-objects.js';
 import { convertService, isServiceSelected } from '../../convert/service.js';
+import { encodeService } from '../../gojson.js';
 import { silentLogger, type Logger } from '../../log.js';
-import type { Service } from '../../model.js';
-import { Store, type State } from '../../state.js';
+import { flat, Store, type State } from '../../state.js';
 
 /** Options of {@link NodeView}. */
 export interface NodeViewOptions {
@@ -52,8 +54,8 @@ const pathOf = (o: { metadata?: KubeMeta | null | undefined }): string => `${o.m
 
 /** What is kept of a Service. */
 interface ServiceEntry {
-  /** Converted, not yet in the store (the next state puts it there). */
-  model: Service | undefined;
+  /** Converted and encoded (gojson `encodeService`), not yet in the store (the next state puts it there). */
+  json: string | undefined;
   /** Why it does not convert (logged by each state that recomputes it; what was published stays). */
   error: string | undefined;
   policies: Policies;
@@ -112,9 +114,9 @@ export class NodeView {
   stageService(svc: KubeService): () => boolean {
     const path = pathOf(svc);
     if (!isServiceSelected(svc, this.options.serviceProxyName)) return () => this.forgetService(path);
-    const entry: ServiceEntry = { model: undefined, error: undefined, policies: { internalLocal: false, externalLocal: false } };
+    const entry: ServiceEntry = { json: undefined, error: undefined, policies: { internalLocal: false, externalLocal: false } };
     try {
-      entry.model = convertService(svc, { labels: this.options.labels, annotations: this.options.annotations });
+      entry.json = flat(encodeService(convertService(svc, { labels: this.options.labels, annotations: this.options.annotations })));
       entry.policies = policiesOf(svc);
     } catch (err) {
       entry.error = (err as Error).message;
@@ -241,9 +243,9 @@ export class NodeView {
       return;
     }
     const group = this.slicesByService.get(path);
-    let eps: NodeEndpoint[];
+    let eps: string[];
     try {
-      eps = nodeEndpoints(group ? [...group.values()] : [], svc.policies, this.nodeZone, (i, err) => {
+      eps = nodeEndpointJsons(group ? [...group.values()] : [], svc.policies, this.nodeZone, (i, err) => {
         // The slice's path: its namespace is its Service's.
         const name = [...group!.keys()][i];
         this.log.error(`endpointslice ${path.slice(0, path.indexOf('/'))}/${name}: cannot convert: ${err.message}`);
@@ -252,14 +254,11 @@ export class NodeView {
       this.log.error(`service ${path}: cannot compute endpoints: ${(err as Error).message}`);
       return;
     }
-    if (svc.model) {
-      this.store.setService(path, svc.model);
-      svc.model = undefined;
+    if (svc.json !== undefined) {
+      this.store.setServiceJson(path, svc.json);
+      svc.json = undefined;
     }
     // An endpoint's JSON shares the compiled slice's strings (`head + tail` is a pair of them, not a copy).
-    this.store.setEndpointsJson(
-      path,
-      eps.map((e) => e.head + e.tail),
-    );
+    this.store.setEndpointsJson(path, eps);
   }
 }
