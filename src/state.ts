@@ -253,6 +253,11 @@ export class Store {
     return this.services.size;
   }
 
+  /** The Service's JSON as set with `setServiceJson` (undefined: not set so, or not there). */
+  serviceJson(path: string): string | undefined {
+    return this.services.get(path)?.json;
+  }
+
   /** Encodes a Service's line from its (cached) JSON and its endpoints' (`entry.line` is set once it is packed). */
   private encode(path: string, entry: SvcEntry): string {
     if (entry.json === undefined) {

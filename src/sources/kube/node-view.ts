@@ -122,7 +122,15 @@ export class NodeView {
       entry.error = (err as Error).message;
     }
     return () => {
+      const had = this.services.get(path);
       this.services.set(path, entry);
+      // The same for this node as what the store holds (an update of its status, or of what is not sent; every
+      // Service of a re-list after a storage migration): nothing to recompute, and no copy of its line made.
+      const same = had !== undefined && had.json === undefined && had.error === undefined && entry.error === undefined && had.policies === entry.policies;
+      if (same && entry.json === this.store.serviceJson(path)) {
+        entry.json = undefined;
+        return false;
+      }
       this.dirty.add(path);
       return true;
     };

@@ -252,6 +252,27 @@ t.test('an update this node does not see changes nothing; the state stays the sa
   t.equal(v.state(), first);
   t.equal(v.setSlice(slice('web-a', 'web', [{ ip: '10.5.0.1' }, { ip: '10.5.0.2' }])), true, 'ready now');
   t.same(eps(v.state(), 'web'), ['10.5.0.1', '10.5.0.2']);
+
+  // Services: the same again (a status update, a re-list after a storage migration) marks nothing.
+  const second = v.state();
+  const lb = (o: ReturnType<typeof service>) => ({ ...o, status: { loadBalancer: {} }, metadata: { ...(o.metadata as object), resourceVersion: '99' } });
+  t.equal(v.setService(lb(service('web')) as KubeService), false, 'the same Service, another resourceVersion and status');
+  t.equal(v.stageService(service('web'))(), false, 'staged, the same');
+  t.equal(v.state(), second, 'the same state');
+  t.equal(v.setService(service('web', { port: 81 })), true, 'a port changed');
+  const third = v.state();
+  t.not(third, second);
+  t.equal(v.setService(service('web', { port: 81, labels: { 'service.kubernetes.io/topology-mode': 'Auto' } })), false, 'a label not sent');
+  t.equal(v.state(), third);
+  const withPolicy = service('web', { port: 81 }) as KubeService;
+  (withPolicy.spec as Record<string, unknown>).internalTrafficPolicy = 'Local';
+  t.equal(v.setService(withPolicy), true, 'the same JSON, another traffic policy: its endpoints are recomputed');
+  // One that did not convert, then the same as before it: recomputed (its endpoints were not, meanwhile).
+  const broken = service('web', { port: 81 }) as KubeService;
+  (broken.spec as Record<string, unknown>).ports = 'nope';
+  t.equal(v.setService(broken), true);
+  v.state();
+  t.equal(v.setService(withPolicy), true, 'after one that did not convert');
 });
 
 t.test('a zone change recomputes the Services with hinted endpoints, and only them', async (t) => {
