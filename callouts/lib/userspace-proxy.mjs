@@ -7,21 +7,18 @@
 // listens on each ClusterIP, ExternalIP and LoadBalancerIP at Port, and on
 // NodePort on every address (0.0.0.0 and ::, IPv6-only so both bind), and
 // forwards:
-// - TCP: each connection to an endpoint of the listener's family, in turn
-//   (round robin) among those the destination may use (ClusterIP: Internal
-//   scope; the others: External; no Scopes: both), at the endpoint's
-//   PortOverrides entry named as the Service port, else TargetPort, else
-//   Port. A connect that fails tries the next endpoint (at most
+// - TCP: each connection to an endpoint of the listener's family, round
+//   robin among those the destination may use (ClusterIP: Internal scope;
+//   the others: External; no Scopes: both), at its PortOverrides entry
+//   named as the Service port, else TargetPort, else Port. A connect that
+//   fails tries the next endpoint (at most
 //   USERSPACE_PROXY_CONNECT_ATTEMPTS, each with a doubling timeout); with no
 //   usable endpoint the client is reset at once. Half-closes are passed on;
 //   an error on either side destroys both.
 // - UDP: one upstream socket per client address:port, kept while datagrams
-//   flow (USERSPACE_PROXY_UDP_IDLE_TIMEOUT_MS); replies leave from the
-//   listening socket (the Service address).
+//   flow; replies leave from the listening socket (the Service address).
 // - SessionAffinity ClientIP: a client IP keeps its endpoint for
-//   TimeoutSeconds (10800 when 0 or missing), refreshed by each new
-//   connection, as long as the endpoint stays, whichever of the Service's
-//   addresses (or its NodePort) the client comes through.
+//   TimeoutSeconds (10800 when 0 or missing), through any Service address.
 // - A Service address whose TCP port is also a NodePort is served by the
 //   NodePort's socket, by the connection's local address (Linux lets no
 //   socket listen beside a wildcard one); UDP ones share the port
@@ -55,9 +52,11 @@ export * from './userspace-proxy-state.mjs';
 export * from './userspace-proxy-address.mjs';
 export { main } from './userspace-proxy-main.mjs';
 
-/** Datagrams kept per UDP session while its upstream socket connects; the longest timer Node keeps (a longer one fires at once). */
+// Datagrams kept per UDP session while its upstream socket connects; the longest timer Node keeps (a longer
+// one fires at once); a TCP connection by its ends.
 const UDP_PENDING_MAX = 64;
 const MAX_TIMER_MS = 2 ** 31 - 1;
+const tuple = (a, ap, b, bp) => `${canonicalIP(a ?? '')} ${ap} ${canonicalIP(b ?? '')} ${bp}`;
 
 export class UserspaceProxy {
   constructor(options) {
@@ -231,8 +230,9 @@ export class UserspaceProxy {
       if (conn.up && !conn.paired) conn.up.destroy();
       this.closed(conn);
     });
-    // A connection from one of our own upstream sockets is a loop (its 'connect' has been seen by the next turn).
-    const from = `${canonicalIP(clientIp)} ${client.remotePort}`;
+    // A connection from one of our own upstream sockets is a loop (its 'connect' has been seen by the next turn);
+    // both ends count: two sockets connected to different places may share a local port.
+    const from = tuple(clientIp, client.remotePort, client.localAddress, client.localPort);
     setImmediate(() => {
       if (this.ownTcp.has(from)) {
         this.loop(`tcp ${hp(clientIp, client.remotePort)} -> ${where(dest.host, l.port, 'tcp')}`);
@@ -282,7 +282,7 @@ export class UserspaceProxy {
       up.off('error', failed);
       if (client.destroyed) return up.destroy();
       conn.paired = true;
-      const own = `${canonicalIP(up.localAddress ?? '')} ${up.localPort}`;
+      const own = tuple(up.localAddress, up.localPort, up.remoteAddress, up.remotePort);
       this.ownTcp.add(own);
       up.once('close', () => this.ownTcp.delete(own));
       if (this.o.logConnections) log(`tcp ${hp(clientIp, client.remotePort)} -> ${where(dest.host, l.port, 'tcp')} -> ${hp(ep.ip, ep.port)}`);

@@ -18,7 +18,7 @@ import { pathToFileURL } from 'node:url';
 import { runBin } from '../helpers/bin-process.js';
 import { tempDir } from '../helpers/files.js';
 import { repoPath } from '../helpers/fixtures.js';
-import { within, WAIT_MS } from '../helpers/wait.js';
+import { pollUntil, within, WAIT_MS } from '../helpers/wait.js';
 
 interface Port {
   name: string;
@@ -487,7 +487,9 @@ t.test('an endpoint that leads back into the proxy (a node address the planner c
   await within(new Promise((resolve) => client.on('close', resolve)), () => 'the client is closed', WAIT_MS);
   const u = dgram.createSocket('udp4');
   u.send('x', port, '127.0.0.1');
-  await new Promise((resolve) => setTimeout(resolve, 500));
+  await pollUntil(() => datagrams >= 2, 'the looped datagram');
+  // A loop not caught would go on: give it time to show.
+  await new Promise((resolve) => setTimeout(resolve, 200));
   u.close();
   t.equal(accepted, 2, 'TCP: the client and the one looped connection, refused');
   t.equal(datagrams, 2, "UDP: the client's datagram and the one looped datagram, dropped");

@@ -9,6 +9,12 @@
  * ones. Needs root and `ip netns`; skips (saying why) without them.
  */
 import t from 'tap';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { mustRun, runCommand } from '../../helpers/command.js';
+import { tempDir } from '../../helpers/files.js';
+import { repoPath } from '../../helpers/fixtures.js';
 import type { Answer } from '../../helpers/userspace-agents.js';
 import { labMissing, NODE, stateOf, UserspaceLab, type Svc } from '../../helpers/userspace-lab.js';
 import { pollUntil } from '../../helpers/wait.js';
@@ -282,4 +288,54 @@ t.test('userspace-proxy with real traffic', { skip: reason ?? false }, async (t)
     t.ok(proxy.matching(/userspace-proxy: end of input: listeners closed, exiting/).length === 1, 'the proxy saw the end of its input');
     t.same(answers(await client.tcp('192.0.2.10', 80)), ['ERR:ECONNREFUSED'], 'nothing listens any more');
   });
+});
+
+t.test('userspace-proxy: a client that shares its local port with one of the proxy upstream sockets is not taken for a loop', { skip: reason ?? false }, async (t) => {
+  // Linux lets sockets bound by connect() share a local port when their destinations differ: with 20 ephemeral ports,
+  // 8 clients and their 8 upstream sockets, all from 127.0.0.1, share ports. Only a connection whose both ends are an
+  // upstream socket's is a loop.
+  const ns = `kpusp-${process.pid}-ports`;
+  await mustRun('ip', ['netns', 'add', ns]);
+  t.teardown(() => runCommand('ip', ['netns', 'del', ns]).then(() => undefined));
+  await mustRun('ip', ['netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up']);
+  await mustRun('ip', ['netns', 'exec', ns, 'sysctl', '-q', '-w', 'net.ipv4.ip_local_port_range=40000 40019']);
+  const dir = tempDir(t, 'kpusp-ports-');
+  const script = join(dir, 'clients.mjs');
+  writeFileSync(
+    script,
+    `import net from 'node:net';
+import { UserspaceProxy, readOptions } from ${JSON.stringify(pathToFileURL(repoPath('callouts/lib/userspace-proxy.mjs')).href)};
+const echo = net.createServer((s) => s.pipe(s));
+await new Promise((r) => echo.listen(0, '127.0.0.1', r));
+const E = echo.address().port;
+const L = E === 65535 ? E - 1 : E + 1;
+// A plan by hand: the planner refuses loopback endpoints.
+const plan = new Map([[\`tcp 127.0.0.1 \${L}\`, { key: \`tcp 127.0.0.1 \${L}\`, proto: 'tcp', family: 4, host: '127.0.0.1', port: L, nodePort: false, label: 'svc',
+  backend: { key: 'b', affinityKey: 'b', endpoints: [{ ip: '127.0.0.1', port: E, id: \`127.0.0.1 \${E}\` }], affinityMs: 0 } }]]);
+const proxy = new UserspaceProxy({ ...readOptions({}), maxConnections: 1000 });
+const failed = await proxy.reconcile(plan);
+const held = [];
+const results = [];
+for (let i = 0; i < 8; i++) {
+  results.push(await new Promise((resolve) => {
+    const c = net.connect({ host: '127.0.0.1', port: L }, () => c.write('ping'));
+    held.push(c);
+    c.on('error', () => resolve('error'));
+    c.on('close', () => resolve('closed'));
+    c.once('data', () => resolve('ok'));
+  }));
+}
+const ports = new Set(held.map((c) => c.localPort));
+console.log(JSON.stringify({ failed, results, clientPorts: ports.size }));
+proxy.stop();
+echo.close();
+for (const c of held) c.destroy();
+`,
+  );
+  const r = await runCommand('ip', ['netns', 'exec', ns, process.execPath, script], { env: { ...process.env, NODE_OPTIONS: '' } });
+  t.equal(r.code, 0, 'the script ran', { stderr: r.stderr });
+  const out = JSON.parse(r.stdout.trim().split('\n').at(-1) ?? '{}') as { failed: unknown[]; results: string[] };
+  t.same(out.failed, [], 'the listener is up');
+  t.same(out.results, Array(8).fill('ok'), 'every client is answered through the proxy', { stderr: r.stderr });
+  t.notMatch(r.stderr, /comes from this proxy itself/, 'none taken for a loop');
 });
