@@ -41,6 +41,9 @@
 #                        the copy awk made (DIR/in); RESHAPE and PLANNER are
 #                        commands (shell functions) reading stdin
 #                        (warn() prefixes the global "prog")
+#   nft_error_excerpt FILE FROM
+#                        what nft wrote to FILE from byte FROM on, bounded,
+#                        on stderr (for nft -i's stderr kept in a file)
 
 # shellcheck disable=SC2016 # $i, $k, $lb... are jq variables
 allip_jq_rows='
@@ -224,4 +227,23 @@ allip_full_only() {
 		return 1
 		;;
 	esac
+}
+
+# nft_error_excerpt FILE FROM: nft's errors written to FILE from byte FROM
+# on, as at most 30 lines of at most 300 characters on stderr. nft echoes the
+# whole command under each error (a one-line transaction of a re-list can be
+# megabytes) and marks the failing part with a caret line: of those two, a
+# window of 240 characters around the first caret is shown, so that the
+# failing element is what is seen.
+nft_error_excerpt() {
+	tail -c "+$(($2 + 1))" "$1" | LC_ALL=C awk '
+		n >= 30 { exit }
+		/^[ \t^~]*\^/ && held != "" {
+			c = index($0, "^"); s = c > 120 ? c - 120 : 1
+			print (s > 1 ? "..." : "") substr(held, s, 240); print (s > 1 ? "   " : "") substr($0, s, 240)
+			held = ""; n += 2; next
+		}
+		held != "" { print substr(held, 1, 300); n++ }
+		{ held = $0 }
+		END { if (held != "" && n < 30) print substr(held, 1, 300) }' >&2
 }
