@@ -276,17 +276,23 @@ t.test('--watch: an empty directory argument: told once while empty, its going t
   const dir = tempDir(t, 'replay-test-');
   const fx = join(dir, 'fx');
   mkdirSync(fx);
-  const { log, s, ac, done } = watching(t, [fx]);
+  const other = join(dir, 'other.jsonl');
+  writeFileSync(other, stateLine('o1'));
+  const { log, s, ac, done } = watching(t, [fx, other]);
+  t.equal(await s.waitFor(1), stateLine('o1'));
   await log.waitFor(/watching .* for changes/);
-  // Events that make a batch without a fixture: the emptiness is not told again.
-  writeFileSync(join(fx, 'notes.txt'), 'x');
-  rmSync(join(fx, 'notes.txt'));
+  // Batches for another fixture: the emptiness is not told again.
+  writeFileSync(other, stateLine('o2'));
+  t.equal(await s.waitFor(2), stateLine('o2'));
+  writeFileSync(other, stateLine('o3'));
+  t.equal(await s.waitFor(3), stateLine('o3'));
+  t.equal(log.matching(/fx: no fixture files yet/).length, 1, 'told once while it stays empty');
   rmSync(fx, { recursive: true });
   await log.waitFor(/fx: gone; watching for it to come back/);
   mkdirSync(fx);
   await pollUntil(() => log.matching(/fx: no fixture files yet/).length === 2, 'back empty: told again');
   writeFileSync(join(fx, 'a.jsonl'), stateLine('a'));
-  t.equal(await s.waitFor(1), stateLine('a'), 'a fixture in it runs');
+  t.equal(await s.waitFor(4), stateLine('a'), 'a fixture in it runs');
   t.same(log.matching(/error/), [], 'no error');
   t.equal(log.matching(/no fixture files yet/).length, 2, 'the emptiness told once per time it is empty');
   ac.abort();
