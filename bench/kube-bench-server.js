@@ -30,6 +30,10 @@
 // [--per-service 10] [--nodes 100] [--bookmark-every 60] [--port 0]. It prints
 // `listening on 127.0.0.1:PORT` once every body is built, then obeys lines on stdin:
 //   change K        slice K (0-based Service index) gets a new address for one endpoint (MODIFIED)
+//   relist          every object gets a new resourceVersion (as after a storage
+//                   migration), the history is compacted, and every watch ends
+//                   with an ERROR 410 Gone (a watch from an older resourceVersion
+//                   gets one too): the client lists again, every object changed
 //   bookmark        a BOOKMARK to every watch that allows them
 //   fetch [RUNS]    time a plain client fetching the three lists (below)
 //   quit
@@ -125,6 +129,8 @@ const byPath = new Map(Object.entries(RESOURCES).map(([name, r]) => [r.path, nam
 const KEEP_SNAPSHOTS = 8;
 const COMMA = Buffer.from(',');
 const CLOSE = Buffer.from(']}');
+/** A watch event: its resourceVersion is too old (the API server's words). */
+const GONE = Buffer.from(JSON.stringify({ type: 'ERROR', object: { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: 'too old resource version', reason: 'Expired', code: 410 } }) + '\n');
 const EVENT_END = Buffer.from('}\n');
 /** An error answer: [code, a Status body]. */
 const statusBody = (code, reason, message) => [code, Buffer.from(JSON.stringify({ kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code }))];
@@ -157,6 +163,8 @@ export async function startKubeBenchServer({ services, perService = 10, nodes = 
   const history = []; // { rv, resource, item } of MODIFIED events
   const versions = new Uint32Array(services);
   const watchers = new Set();
+  /** A watch from before this resourceVersion gets 410 Gone (`relist`). */
+  let compactedRv = 0;
 
   const keyed = (objs, info) => objs.map((o) => item(o, info)).sort((a, b) => (`${a.namespace ?? ''}/${a.name}` < `${b.namespace ?? ''}/${b.name}` ? -1 : 1));
   const svc = [];
@@ -243,6 +251,7 @@ export async function startKubeBenchServer({ services, perService = 10, nodes = 
     const from = Number(q.get('resourceVersion') ?? 0) || 0;
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
     res.flushHeaders();
+    if (from !== 0 && from < compactedRv) return res.end(GONE);
     const w = { resource, res, select, bookmarks: q.get('allowWatchBookmarks') === 'true', timer: undefined };
     watchers.add(w);
     res.on('close', () => {
@@ -291,6 +300,28 @@ export async function startKubeBenchServer({ services, perService = 10, nodes = 
     onEvent(i, rv, process.hrtime.bigint(), n);
   }
 
+  /** Every object anew (a new resourceVersion each), the history compacted, every watch ended with 410 Gone. */
+  function relist() {
+    const s2 = [];
+    const l2 = [];
+    for (let i = 0; i < services; i++) {
+      s2.push(serviceObject(i, ++rv));
+      l2.push(sliceObject(i, versions[i], ++rv, perService));
+    }
+    const n2 = Array.from({ length: nodes }, (_, n) => nodeObject(n, ++rv));
+    snapshots.services = [{ rv, items: keyed(s2, RESOURCES.services) }];
+    snapshots.endpointslices = [{ rv, items: keyed(l2, RESOURCES.endpointslices) }];
+    snapshots.nodes = [{ rv, items: keyed(n2, RESOURCES.nodes) }];
+    bodies = new Map();
+    history.length = 0;
+    compactedRv = rv;
+    for (const w of [...watchers]) {
+      watchers.delete(w);
+      clearTimeout(w.timer);
+      w.res.end(GONE);
+    }
+  }
+
   function bookmark() {
     for (const w of watchers) {
       if (!w.bookmarks) continue;
@@ -315,6 +346,7 @@ export async function startKubeBenchServer({ services, perService = 10, nodes = 
     port: server.address().port,
     url: address,
     change,
+    relist,
     bookmark,
     close: () =>
       new Promise((res) => {
@@ -390,6 +422,7 @@ async function main() {
     const [cmd, a] = line.trim().split(/\s+/);
     if (cmd === 'change') srv.change(Number(a));
     else if (cmd === 'bookmark') srv.bookmark();
+    else if (cmd === 'relist') srv.relist();
     else if (cmd === 'fetch')
       fetchTime(srv.url, Number(a ?? 5)).then(
         (f) => out(`fetched ${f.median} ${f.min} ${f.max} ${f.bytes} ${f.wallMedian}`),

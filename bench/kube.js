@@ -19,6 +19,12 @@
 //                "callout run finished" line, 3 s idle, then VmRSS and VmHWM
 //                from /proc, and VmRSS again at 8 s (--settled-seconds), after
 //                the daemon's later full collection (src/memory.ts).
+//   (d) re-list  the same daemon, after (b): the server gives every object a
+//                new resourceVersion (as a storage migration does) and ends
+//                every watch with 410 Gone; the daemon lists again, every
+//                object changed. From the command to the three watches open
+//                again (ms), then --settled-seconds later VmHWM (the re-list's
+//                peak, over the first sync's) and VmRSS.
 //   (c) latency  (10k only) `kpng-callout kube --debounce 0` with a callout
 //                that prints "x" at stdin EOF (through kpng-callout's
 //                stdout, read here): the server changes one EndpointSlice
@@ -37,7 +43,7 @@
 // kept), e.g. `npm run bench:kube -- --label "after (issue 11)"`. Options:
 //   --sizes 1000,5000,10000,20000   --runs 3 (runs of (a) per size)
 //   --samples 200 (changes in (c))  --latency-at 10000   --idle-seconds 3   --settled-seconds 8
-//   --label "before (issue 11)"     --note TEXT (added to the section)   --no-record
+//   --label "before (issue 11)"     --note TEXT (added to the section)   --no-record   --no-relist
 //   --bin-root DIR   measure DIR/bin/kpng-json and DIR/bin/kpng-callout (a built
 //                    checkout of another commit) instead of this checkout's
 import { spawn } from 'node:child_process';
@@ -61,6 +67,8 @@ const NOTE = opt('--note', '');
 /** Whose bin/kpng-json and bin/kpng-callout are measured (another checkout, e.g. a built snapshot of a commit). */
 const BIN_ROOT = opt('--bin-root', root);
 const RECORD = !flag('--no-record');
+/** (d): a re-list in which every object changed, after the idle readings (`--no-relist`: not measured). */
+const RELIST = !flag('--no-relist');
 const PER_SERVICE = 10;
 const NODE = 7;
 const NODE_NAME = `node-${NODE}`;
@@ -239,7 +247,12 @@ function startDaemon(server, extra, callout) {
 
 const FINISHED = (l) => l.includes('callout run finished');
 
-/** (b): the daemon's first run, then RSS after IDLE_S idle. */
+/**
+ * (b): the daemon's first run, then RSS after IDLE_S and SETTLED_S idle;
+ * then (d) the server's `relist` (every object anew, every watch 410 Gone):
+ * once the daemon watches the three resources again, its VmHWM (the re-list's
+ * peak: above the first sync's) and, SETTLED_S later, its RSS.
+ */
 async function idle(server) {
   const t0 = performance.now();
   const d = startDaemon(server, [], IDLE_CALLOUT);
@@ -249,7 +262,18 @@ async function idle(server) {
     await new Promise((r) => setTimeout(r, IDLE_S * 1000));
     const early = memory(d.child.pid);
     await new Promise((r) => setTimeout(r, Math.max(0, SETTLED_S - IDLE_S) * 1000));
-    return { firstRun, ...early, settled: memory(d.child.pid).rss };
+    const settled = memory(d.child.pid).rss;
+    if (!RELIST) return { firstRun, ...early, settled };
+    server.drain();
+    const r0 = performance.now();
+    server.send('relist');
+    const watching = new Set();
+    while (watching.size < 3) watching.add((await server.next((l) => l.startsWith('watch '), 300_000, 'waiting for the watches after the re-list')).split(' ')[1]);
+    const relistMs = performance.now() - r0;
+    await new Promise((r) => setTimeout(r, SETTLED_S * 1000));
+    // VmHWM only grows: read now, it holds the state computed after the list too.
+    const after = memory(d.child.pid);
+    return { firstRun, ...early, settled, relistMs, relistPeak: after.hwm, relistSettled: after.rss };
   } finally {
     await d.stop();
   }
@@ -347,7 +371,7 @@ try {
       const row = { n, seen, fetched, wall: quantile(walls, 0.5), wallMax: walls[walls.length - 1], peak: quantile(peaks, 0.5), peakMax: peaks[peaks.length - 1], outBytes: runs[0].stdout.length, ...id, others: others.take() };
       rows.push(row);
       process.stderr.write(
-        `  once ${(row.wall / 1000).toFixed(2)} s, peak ${row.peakMax.toFixed(0)} MiB; first run ${(id.firstRun / 1000).toFixed(2)} s, idle ${id.rss.toFixed(0)} MiB, settled ${id.settled.toFixed(0)} MiB${l ? `; latency p50 ${l.p50.toFixed(1)} ms p99 ${l.p99.toFixed(1)} ms, floor ${l.floor.p50.toFixed(1)}/${l.floor.p99.toFixed(1)} ms` : ''}\n`,
+        `  once ${(row.wall / 1000).toFixed(2)} s, peak ${row.peakMax.toFixed(0)} MiB; first run ${(id.firstRun / 1000).toFixed(2)} s, idle ${id.rss.toFixed(0)} MiB, settled ${id.settled.toFixed(0)} MiB${id.relistMs !== undefined ? `; re-list ${(id.relistMs / 1000).toFixed(2)} s, peak ${id.relistPeak.toFixed(0)} MiB, settled ${id.relistSettled.toFixed(0)} MiB` : ''}${l ? `; latency p50 ${l.p50.toFixed(1)} ms p99 ${l.p99.toFixed(1)} ms, floor ${l.floor.p50.toFixed(1)}/${l.floor.p99.toFixed(1)} ms` : ''}\n`,
       );
     } finally {
       await server.close();
@@ -394,7 +418,15 @@ const latTable = lat
       `| ratio (target ≤ ${TARGET.latencyRatio}×) | ${(lat.p50 / lat.floor.p50).toFixed(2)}× ${verdict(lat.p50 <= TARGET.latencyRatio * lat.floor.p50)} | ${(lat.p99 / lat.floor.p99).toFixed(2)}× ${verdict(lat.p99 <= TARGET.latencyRatio * lat.floor.p99)} | |`,
     ].join('\n')
   : '';
-console.log(table + '\n' + latTable);
+const relistTable = rows.some((r) => r.relistMs !== undefined)
+  ? [
+      '',
+      `| Services | (d) a re-list in which every object changed: to the watches again | peak RSS (VmHWM) | idle RSS ${SETTLED_S} s later |`,
+      '|---:|---:|---:|---:|',
+      ...rows.filter((r) => r.relistMs !== undefined).map((r) => `| ${r.n.toLocaleString('en-US')} | ${s(r.relistMs)} | ${mib(r.relistPeak)} | ${mib(r.relistSettled)} |`),
+    ].join('\n')
+  : '';
+console.log(table + '\n' + latTable + '\n' + relistTable);
 
 const section = `${SECTION}
 
@@ -410,11 +442,14 @@ output is checked (one line per selected Service, the endpoints node-7 sees). Th
 (default debounce) with a callout reading its stdin; "first run done" is from spawn to its "callout run finished"
 line, then RSS after ${IDLE_S} s and after ${SETTLED_S} s idle (/proc VmRSS; the daemon runs V8's memory-reducing collection
 1 s after its last state and plain full ones 5.5 s and 11 s later (src/memory.ts): both figures are checked against
-the target). Targets are the issue's, for 10,000 × 10 on 2 cores; the other
+the target). Then (d): the server gives every object a new resourceVersion and ends every watch with 410 Gone
+(as after a storage migration); from then until the daemon watches again, and its VmHWM and RSS after. Targets
+are the issue's, for 10,000 × 10 on 2 cores; the other
 sizes are for sizing the pod. The last column is the CPU time processes other than the benchmark's used while
 each size was measured (the machine may be shared; 0 is a clean run).
 
 ${table}
 ${latTable}
+${relistTable}
 ${NOTE ? `\n${NOTE}\n` : ''}`;
 if (RECORD && rows.length > 0) recordSection(SECTION, section);

@@ -44,6 +44,8 @@
 #   nft_error_excerpt FILE FROM
 #                        what nft wrote to FILE from byte FROM on, bounded,
 #                        on stderr (for nft -i's stderr kept in a file)
+#   nft_err_told FILE    the same for the whole FILE, if not empty, which is
+#                        then emptied; fails when there was something
 
 # shellcheck disable=SC2016 # $i, $k, $lb... are jq variables
 allip_jq_rows='
@@ -246,4 +248,15 @@ nft_error_excerpt() {
 		held != "" { print substr(held, 1, 300); n++ }
 		{ held = $0 }
 		END { if (held != "" && n < 30) print substr(held, 1, 300) }' >&2
+}
+
+# nft_err_told FILE: what nft -i wrote to FILE (its stderr, opened for
+# appending), if anything, told as nft_error_excerpt tells it; FILE is then
+# emptied (nft's next error starts at 0). Fails when there was something.
+# `test -s`, not `wc -c`: no process for a callout's every frame.
+nft_err_told() {
+	[ -s "$1" ] || return 0
+	nft_error_excerpt "$1" 0
+	: >"$1"
+	return 1
 }

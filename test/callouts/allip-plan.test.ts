@@ -4,7 +4,7 @@
  * part of a long command. Needs sh and awk.
  */
 import t from 'tap';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { runCommand } from '../helpers/command.js';
 import { tempDir } from '../helpers/files.js';
@@ -53,4 +53,15 @@ t.test('nft_error_excerpt: each error whole, and a window around the caret of a 
   t.equal(await excerpt(file, 0), 'Error: something else\n');
   writeFileSync(file, '');
   t.equal(await excerpt(file, 0), '');
+});
+
+t.test('nft_err_told: tells and empties a file that holds something; succeeds, silent, on an empty one', async (t) => {
+  const dir = tempDir(t, 'kpng-nft-err-');
+  const file = join(dir, 'nft.err');
+  const told = (f: string) => runCommand('sh', ['-c', `. "$1" && nft_err_told "$2"`, 'sh', LIB, f]);
+  writeFileSync(file, '');
+  t.same(await told(file), { code: 0, stdout: '', stderr: '' }, 'empty: nothing to tell');
+  writeFileSync(file, 'Error: x\n');
+  t.same(await told(file), { code: 1, stdout: '', stderr: 'Error: x\n' }, 'told, and it fails');
+  t.equal(readFileSync(file, 'utf8'), '', 'emptied');
 });
