@@ -253,7 +253,7 @@ export class Store {
     return this.services.size;
   }
 
-  /** The Service's JSON as set with `setServiceJson` (undefined: not set so, or not there). */
+  /** The Service's JSON: as set with `setServiceJson`, or encoded by a snapshot (undefined: not there, or not encoded yet). */
   serviceJson(path: string): string | undefined {
     return this.services.get(path)?.json;
   }

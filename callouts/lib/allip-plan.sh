@@ -41,11 +41,9 @@
 #                        the copy awk made (DIR/in); RESHAPE and PLANNER are
 #                        commands (shell functions) reading stdin
 #                        (warn() prefixes the global "prog")
-#   nft_error_excerpt FILE FROM
-#                        what nft wrote to FILE from byte FROM on, bounded,
-#                        on stderr (for nft -i's stderr kept in a file)
-#   nft_err_told FILE    the same for the whole FILE, if not empty, which is
-#                        then emptied; fails when there was something
+#   nft_err_told FILE    what nft -i wrote to FILE (its stderr), if anything,
+#                        told on stderr, bounded; FILE is then emptied; fails
+#                        when there was something
 
 # shellcheck disable=SC2016 # $i, $k, $lb... are jq variables
 allip_jq_rows='
@@ -231,14 +229,17 @@ allip_full_only() {
 	esac
 }
 
-# nft_error_excerpt FILE FROM: nft's errors written to FILE from byte FROM
-# on, as at most 30 lines of at most 300 characters on stderr. nft echoes the
-# whole command under each error (a one-line transaction of a re-list can be
-# megabytes) and marks the failing part with a caret line: of those two, a
-# window of 240 characters around the first caret is shown, so that the
-# failing element is what is seen.
-nft_error_excerpt() {
-	tail -c "+$(($2 + 1))" "$1" | LC_ALL=C awk '
+# nft_err_told FILE: what nft -i wrote to FILE (its stderr, opened for
+# appending), if anything, as at most 30 lines of at most 300 characters on
+# stderr; FILE is then emptied (nft's next error starts at 0). Fails when
+# there was something. nft echoes the whole command under each error (a
+# one-line transaction of a re-list can be megabytes) and marks the failing
+# part with a caret line: of those two, a window of 240 characters around the
+# first caret is shown, so that the failing element is what is seen.
+# `test -s`, not `wc -c`: no process for a callout's every frame.
+nft_err_told() {
+	[ -s "$1" ] || return 0
+	LC_ALL=C awk '
 		n >= 30 { exit }
 		/^[ \t^~]*\^/ && held != "" {
 			c = index($0, "^"); s = c > 120 ? c - 120 : 1
@@ -247,16 +248,7 @@ nft_error_excerpt() {
 		}
 		held != "" { print substr(held, 1, 300); n++ }
 		{ held = $0 }
-		END { if (held != "" && n < 30) print substr(held, 1, 300) }' >&2
-}
-
-# nft_err_told FILE: what nft -i wrote to FILE (its stderr, opened for
-# appending), if anything, told as nft_error_excerpt tells it; FILE is then
-# emptied (nft's next error starts at 0). Fails when there was something.
-# `test -s`, not `wc -c`: no process for a callout's every frame.
-nft_err_told() {
-	[ -s "$1" ] || return 0
-	nft_error_excerpt "$1" 0
+		END { if (held != "" && n < 30) print substr(held, 1, 300) }' "$1" >&2
 	: >"$1"
 	return 1
 }

@@ -72,11 +72,10 @@ export class UserspaceProxy {
     /** Every TCP socket we hold (clients and upstreams), to close them all at the end. */
     this.sockets = new Set();
     this.stopping = false;
-    this.capLogged = 0;
-    /** `address port` of our own upstream sockets (TCP and UDP): a connection or datagram from one of them is a loop. */
+    this.lastLogged = new Map(); // line kind -> when one was last logged (logOnceASecond)
+    /** Our own upstream sockets (TCP: both ends, `tuple`; UDP: `address port`): a connection or datagram from one is a loop. */
     this.ownTcp = new Set();
     this.ownUdp = new Set();
-    this.loopLogged = 0;
     this.sweeper = setInterval(() => this.sweep(), Math.max(50, Math.min(5_000, Math.floor(options.udpIdleTimeoutMs / 4))));
   }
 
@@ -189,21 +188,22 @@ export class UserspaceProxy {
     l.up = false;
   }
 
-  /** An endpoint that leads back into the proxy (one of the node's addresses at a NodePort, found at run time): logged at most once a second. */
-  loop(what) {
+  /** Logs `line` unless a line of this `kind` was logged in the last second. */
+  logOnceASecond(kind, line) {
     const now = Date.now();
-    if (now - this.loopLogged <= 1000) return;
-    this.loopLogged = now;
-    log(`${what}: it comes from this proxy itself (an endpoint that is one of its own listeners, a loop): refused`);
+    if (now - (this.lastLogged.get(kind) ?? 0) <= 1000) return;
+    this.lastLogged.set(kind, now);
+    log(line);
+  }
+
+  /** An endpoint that leads back into the proxy (one of the node's addresses at a NodePort, found at run time). */
+  loop(what) {
+    this.logOnceASecond('loop', `${what}: it comes from this proxy itself (an endpoint that is one of its own listeners, a loop): refused`);
   }
 
   capped() {
     if (this.tcp + this.udp < this.o.maxConnections) return false;
-    const now = Date.now();
-    if (now - this.capLogged > 1000) {
-      this.capLogged = now;
-      log(`${this.tcp + this.udp} connections and UDP sessions: the cap (USERSPACE_PROXY_MAX_CONNECTIONS=${this.o.maxConnections}) is reached, refusing new ones`);
-    }
+    this.logOnceASecond('cap', `${this.tcp + this.udp} connections and UDP sessions: the cap (USERSPACE_PROXY_MAX_CONNECTIONS=${this.o.maxConnections}) is reached, refusing new ones`);
     return true;
   }
 
