@@ -21,8 +21,6 @@ export interface Slot {
   name: string;
   /** Absolute path; '' for stdin. */
   abs: string;
-  /** For a fixture found in a directory argument: that directory (absolute). */
-  dir?: string;
 }
 
 /** A file system error as a message says it. */
@@ -80,7 +78,7 @@ export async function expandPaths(
     }
     if (names.length === 0 && !tolerant) throw new CalloutError('input', `${p}: no fixture files (*.jsonl, *.ndjson, *.json, *.yaml, *.yml) in this directory`);
     onDir?.({ name: p, abs: resolve(p), fixtures: names.length });
-    for (const n of names) out.push({ name: join(p, n), abs: resolve(p, n), dir: resolve(p) });
+    for (const n of names) out.push({ name: join(p, n), abs: resolve(p, n) });
   }
   return out;
 }
