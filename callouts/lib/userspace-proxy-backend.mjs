@@ -28,8 +28,11 @@ export class Backend {
   }
 
   update(plan) {
-    this.endpoints = plan.endpoints;
-    this.ids = new Set(plan.endpoints.map((e) => e.id));
+    // A plan's endpoints are not changed once planned: the same list, the same ids.
+    if (plan.endpoints !== this.endpoints) {
+      this.endpoints = plan.endpoints;
+      this.ids = new Set(plan.endpoints.map((e) => e.id));
+    }
     this.affinityMs = plan.affinityMs;
     if (!this.affinityMs) this.affinity.clear();
     if (this.next >= this.endpoints.length) this.next = 0;

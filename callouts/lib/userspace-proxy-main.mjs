@@ -5,7 +5,8 @@ import { fstatSync, readlinkSync } from 'node:fs';
 import { ack, log, readOptions } from './userspace-proxy-common.mjs';
 import { localAddresses } from './userspace-proxy-address.mjs';
 import { UserspaceProxy } from './userspace-proxy.mjs';
-import { FrameReader, planListeners, ServiceTable } from './userspace-proxy-state.mjs';
+import { Planner } from './userspace-proxy-plan.mjs';
+import { FrameReader, ServiceTable } from './userspace-proxy-state.mjs';
 
 export function main() {
   if (process.env.KPNG_CALLOUT_MODE !== 'persistent') {
@@ -35,6 +36,7 @@ export function main() {
   }
   const proxy = new UserspaceProxy(options);
   const table = new ServiceTable((msg) => log(msg));
+  const planner = new Planner();
   log(`started (pid ${process.pid}, node ${process.version}; max connections ${options.maxConnections}, UDP idle timeout ${options.udpIdleTimeoutMs} ms)`);
 
   let queue = Promise.resolve();
@@ -56,7 +58,7 @@ export function main() {
         ack(`error ${r.why}`);
         return;
       }
-      const failed = await proxy.reconcile(planListeners(table.ordered(), (msg) => log(msg), localAddresses()));
+      const failed = await proxy.reconcile(planner.plan(table.ordered(), (msg) => log(msg), localAddresses()));
       if (exiting) return;
       if (failed.length === 0) ack('ok');
       else ack(`error cannot listen on ${failed.map((f) => `${f.where}: ${f.why}`).join('; ')}`);

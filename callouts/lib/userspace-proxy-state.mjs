@@ -1,6 +1,6 @@
 // userspace-proxy: the state it is given, checked (every address and port a
-// literal, everything else logged and skipped), planned into listeners, and
-// read frame by frame from stdin. See userspace-proxy.mjs.
+// literal, everything else logged and skipped) and read frame by frame from
+// stdin; -plan.mjs plans it into listeners. See userspace-proxy.mjs.
 import { canonicalIP, isIPv4Literal, isIPv6Literal, isPort } from './userspace-proxy-address.mjs';
 import { DEFAULTS, log, q } from './userspace-proxy-common.mjs';
 
@@ -133,116 +133,11 @@ export function readService(line, why = () => {}) {
   return { key: `${ns}\0${name}`, label, ports, ips, endpoints, affinityMs };
 }
 
-/** The port an endpoint takes for a Service port, 0 when it has none usable. */
-export function targetPortOf(endpoint, port) {
-  const o = endpoint.overrides.get(port.name);
-  if (o !== undefined) return o;
-  if (port.targetPort) return port.targetPort;
-  // A named target port (TargetPortName) that overrides do not list: the pod
-  // does not serve it, so it is no endpoint of this port (as kube-proxy).
-  return port.named && endpoint.overrides.size > 0 ? 0 : port.port;
-}
-
-/** The endpoints a (Service port, scope, family) may use: [{ ip, port, id }], each ip:port once. */
-function endpointsFor(svc, port, scope, fam) {
-  const seen = new Set();
-  const out = [];
-  for (const e of svc.endpoints) {
-    const ip = e.ip[fam];
-    const target = targetPortOf(e, port);
-    if (ip === undefined || !e[scope] || target === 0) continue;
-    const id = `${ip} ${target}`;
-    if (seen.has(id)) continue;
-    seen.add(id);
-    out.push({ ip, port: target, id });
-  }
-  return out;
-}
-
 /** host:port, brackets around an IPv6 host. */
 export const hp = (host, port) => `${String(host).includes(':') ? `[${host}]` : host}:${port}`;
 
 /** Where a listener is, as a log line says it. */
 export const where = (host, port, proto) => `${hp(host, port)}/${proto}`;
-
-/**
- * The listeners a state needs: Map listener key -> {
- *   key, proto, family (4|6), host, port, nodePort (bool), label,
- *   backend: { key, affinityKey, endpoints: [{ ip, port, id }], affinityMs },
- *   routes?: [{ host, label, backend }], shared?: true }.
- * `services` in kpng order; an address:port claimed twice goes to the first
- * Service (the other is told to `why`). A Service address whose TCP port is
- * also a NodePort is served by the NodePort's socket (Linux lets no TCP
- * socket listen on an address and port that a wildcard one listens on):
- * that socket's `routes` pick the backend by the connection's local address.
- * UDP listeners sharing a port with a NodePort of their family are `shared`
- * (SO_REUSEADDR: the kernel hands each datagram to the most specific one).
- * An endpoint that is one of these listeners (`localAddresses`: the node's
- * own addresses, for NodePorts) would loop back into the proxy: it is told
- * to `why` and left out.
- */
-export function planListeners(services, why = () => {}, localAddresses = new Set()) {
-  const listeners = new Map();
-  const plans = [];
-  for (const svc of services) {
-    for (const port of svc.ports) {
-      const pl = `${svc.label} port ${port.port}/${port.proto}${port.name === '' ? '' : ` (${q(port.name)})`}`;
-      const backends = {};
-      const backend = (scope, fam) => {
-        if (!backends[`${scope}${fam}`]) {
-          const b = {
-            key: `${svc.key}\0${port.proto}\0${port.port}\0${port.name}\0${scope}\0${fam}`,
-            // One client keeps one endpoint per Service port, whichever address it came through (as kube-proxy).
-            affinityKey: `${svc.key}\0${port.proto}\0${port.port}\0${port.name}\0${fam}`,
-            affinityMs: svc.affinityMs,
-            endpoints: endpointsFor(svc, port, scope, fam),
-          };
-          backends[`${scope}${fam}`] = b;
-          plans.push({ b, proto: port.proto, fam, label: pl });
-        }
-        return backends[`${scope}${fam}`];
-      };
-      const add = (host, fam, lport, scope, nodePort) => {
-        const key = `${port.proto} ${host} ${lport}`;
-        const have = listeners.get(key);
-        if (have) {
-          if (have.label !== pl) why(`${where(host, lport, port.proto)} is claimed by ${have.label} already: not for ${pl}`);
-          return;
-        }
-        listeners.set(key, { key, proto: port.proto, family: fam, host, port: lport, nodePort, label: pl, backend: backend(scope, fam) });
-      };
-      for (const fam of [4, 6]) {
-        for (const ip of svc.ips.internal[fam]) add(ip, fam, port.port, 'internal', false);
-        for (const ip of svc.ips.external[fam]) add(ip, fam, port.port, 'external', false);
-      }
-      if (port.nodePort) {
-        add('0.0.0.0', 4, port.nodePort, 'external', true);
-        add('::', 6, port.nodePort, 'external', true);
-      }
-    }
-  }
-  const wildcard = (proto, fam, port) => listeners.get(`${proto} ${fam === 4 ? '0.0.0.0' : '::'} ${port}`);
-  for (const { b, proto, fam, label } of plans) {
-    b.endpoints = b.endpoints.filter((e) => {
-      const loops = listeners.has(`${proto} ${e.ip} ${e.port}`) || (wildcard(proto, fam, e.port) !== undefined && localAddresses.has(e.ip));
-      if (loops) why(`${label}: endpoint ${hp(e.ip, e.port)} is an address this proxy listens on (a loop): skipped`);
-      return !loops;
-    });
-  }
-  for (const [key, l] of listeners) {
-    if (l.nodePort) continue;
-    const any = wildcard(l.proto, l.family, l.port);
-    if (!any) continue;
-    if (l.proto === 'udp') {
-      l.shared = true;
-      any.shared = true;
-      continue;
-    }
-    (any.routes ??= []).push({ host: l.host, label: l.label, backend: l.backend });
-    listeners.delete(key);
-  }
-  return listeners;
-}
 
 // ---------------------------------------------------------------------------
 // Frames
@@ -251,14 +146,16 @@ export function planListeners(services, why = () => {}, localAddresses = new Set
 const byKey = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
 
 /**
- * The Services kept between frames: key -> { raw, svc }. `apply` takes one
+ * The Services kept between frames: key -> { raw, key, svc }. `apply` takes one
  * frame (its header text and lines) and returns { ok: true } or
  * { ok: false, why } (the Services are then left as they were).
  */
 export class ServiceTable {
   constructor(why = () => {}) {
-    /** @type {Map<string, { raw: string, svc: object | undefined }>} */
+    /** @type {Map<string, { raw: string, key: string, svc: object | undefined }>} */
     this.services = new Map();
+    /** The keys in kpng order; undefined when keys came or went since they were sorted. */
+    this.sorted = undefined;
     /** A full frame has been applied, and no change set failed since. */
     this.based = false;
     this.why = why;
@@ -277,8 +174,16 @@ export class ServiceTable {
     }
     if (input === 'changes' && !this.based) return { ok: false, why: 'a change set with no full state applied before it (waiting for a full frame)' };
     const next = input === 'full' ? new Map() : new Map(this.services);
+    // A full frame's unchanged lines keep their Service objects (and so their planned part, -plan.mjs).
+    const before = input === 'full' ? new Map([...this.services.values()].map((e) => [e.raw, e])) : undefined;
+    const touched = [];
     for (let i = 0; i < lines.length; i++) {
       const raw = lines[i];
+      const same = before?.get(raw);
+      if (same !== undefined && !next.has(same.key)) {
+        next.set(same.key, same);
+        continue;
+      }
       let line;
       try {
         line = JSON.parse(raw);
@@ -296,6 +201,7 @@ export class ServiceTable {
           return { ok: false, why: `line ${i + 1}: a Previous line that is not the Service as last applied: frame not applied` };
         }
         next.delete(k);
+        touched.push(k);
         continue;
       }
       const k = keyOf(line);
@@ -315,8 +221,10 @@ export class ServiceTable {
         this.why(`line ${i + 1}: the same Service twice: the first one is used`);
         continue;
       }
-      next.set(k, { raw, svc: readService(line, this.why) });
+      next.set(k, { raw, key: k, svc: readService(line, this.why) });
+      touched.push(k);
     }
+    if (input === 'full' || touched.some((k) => next.has(k) !== this.services.has(k))) this.sorted = undefined;
     this.services = next;
     this.based = true;
     return { ok: true };
@@ -324,10 +232,13 @@ export class ServiceTable {
 
   /** The Services, in kpng order. */
   ordered() {
-    return [...this.services.keys()]
-      .sort(byKey)
-      .map((k) => this.services.get(k).svc)
-      .filter((s) => s !== undefined);
+    this.sorted ??= [...this.services.keys()].sort(byKey);
+    const out = [];
+    for (const k of this.sorted) {
+      const svc = this.services.get(k).svc;
+      if (svc !== undefined) out.push(svc);
+    }
+    return out;
   }
 }
 

@@ -36,19 +36,19 @@
 // strings are only map keys and, JSON-quoted, log lines. At the end of
 // stdin, or on SIGTERM / SIGINT, everything is closed and it exits 0;
 // SIGUSR2 logs a stats line. This module is the proxy; -main.mjs its main
-// (frames in, acks out), -state.mjs plans the state and reads frames,
-// -address.mjs checks addresses, -backend.mjs picks endpoints, -common.mjs
-// holds the options and logging.
+// (frames in, acks out), -state.mjs reads frames and checks the state,
+// -plan.mjs plans listeners, -address.mjs checks addresses, -backend.mjs
+// picks endpoints, -common.mjs holds the options and logging.
 import dgram from 'node:dgram';
 import net from 'node:net';
 import { Backend, reset } from './userspace-proxy-backend.mjs';
 import { log } from './userspace-proxy-common.mjs';
 import { canonicalIP } from './userspace-proxy-address.mjs';
 import { hp, where } from './userspace-proxy-state.mjs';
-// The launcher and the tests import this module only.
-export { Backend } from './userspace-proxy-backend.mjs';
+export { Backend } from './userspace-proxy-backend.mjs'; // the launcher and the tests import this module only
 export { DEFAULTS, readOptions } from './userspace-proxy-common.mjs';
 export * from './userspace-proxy-state.mjs';
+export * from './userspace-proxy-plan.mjs';
 export * from './userspace-proxy-address.mjs';
 export { main } from './userspace-proxy-main.mjs';
 
