@@ -22,6 +22,16 @@ export const DEFAULTS = {
   /** A kpng stream attempt without an answer this long is logged (grpc-go's connect timeout; see sources/kpng.ts). */
   noAnswerMs: 20_000,
   maxMsgSize: 4 * 1024 * 1024,
+  /**
+   * kpng source: an HTTP/2 ping this often on an open stream, so that a dead
+   * controller or a lost network is noticed (the Go client had TCP keepalive,
+   * 15 s, from Go's dialer; grpc-js has neither). Above 5 minutes on purpose:
+   * a grpc-go server (kpng) answers pings more frequent than that on a quiet
+   * stream with GOAWAY too_many_pings.
+   */
+  keepaliveMs: 330_000,
+  /** kpng source: a ping unanswered this long closes the connection. */
+  keepaliveTimeoutMs: 20_000,
   /** replay --watch with --watch-poll: how often files are polled. */
   watchIntervalMs: 1000,
   logFormat: 'text' as 'text' | 'json',

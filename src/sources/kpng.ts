@@ -18,6 +18,7 @@
  */
 import { createPrivateKey, X509Certificate, type KeyObject } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { format } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { unmarshalService, marshalWatchReq, type OpItem, type Ref } from '../codec.js';
 import { backoffDelay } from '../backoff.js';
@@ -71,6 +72,21 @@ export interface KpngSourceOptions {
    * so a new attempt each time would leak one.
    */
   noAnswerMs?: number | undefined;
+  /** HTTP/2 keepalive ping interval on an open stream (ms). Default {@link DEFAULTS}.keepaliveMs. */
+  keepaliveMs?: number | undefined;
+  /** A keepalive ping unanswered this long fails the stream (ms). Default {@link DEFAULTS}.keepaliveTimeoutMs. */
+  keepaliveTimeoutMs?: number | undefined;
+}
+
+/**
+ * True for targets no proxy may carry: Unix sockets, `localhost` and loopback
+ * addresses (Go's http.ProxyFromEnvironment, which grpc-go uses, never
+ * proxies them; grpc-js would send them to $http_proxy).
+ */
+function isLocalTarget(api: string): boolean {
+  if (api.startsWith('unix:')) return true;
+  const host = api.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1').toLowerCase();
+  return host === 'localhost' || host.endsWith('.localhost') || host === '::1' || /^127\./.test(host) || /^::ffff:127\./.test(host);
 }
 
 
@@ -138,6 +154,8 @@ export function createKpngSource(options: KpngSourceOptions): Source {
   const errorDelayMs = options.errorDelayMs ?? DEFAULTS.errorDelayMs;
   const noAnswerMs = options.noAnswerMs ?? DEFAULTS.noAnswerMs;
   const maxMsgSize = options.maxMsgSize ?? DEFAULTS.maxMsgSize;
+  const keepaliveMs = options.keepaliveMs ?? DEFAULTS.keepaliveMs;
+  const keepaliveTimeoutMs = options.keepaliveTimeoutMs ?? DEFAULTS.keepaliveTimeoutMs;
   const log = options.logger ?? silentLogger;
   const request = Buffer.from(marshalWatchReq({ NodeName: options.nodeName }));
   // Logged once per kind for the life of the source: a server sending global
@@ -217,6 +235,10 @@ export function createKpngSource(options: KpngSourceOptions): Source {
 
   return {
     async run(sink: StateSink, signal: AbortSignal): Promise<void> {
+      // grpc-js writes its own lines to stderr ('E Failed to connect to proxy ...'),
+      // which would break --log-format json: they are ours, at debug (-v), one line each.
+      const grpcLine = (message: unknown, ...rest: unknown[]): void => log.debug(`grpc: ${format(message, ...rest).replace(/\s*\n\s*/g, ' ')}`);
+      grpc.setLogger({ error: grpcLine, info: grpcLine, debug: grpcLine });
       const creds = credentials();
       let reconnects = 0;
       // A server down for an hour must not leave 3600 identical warnings:
@@ -239,6 +261,10 @@ export function createKpngSource(options: KpngSourceOptions): Source {
             // A private subchannel per attempt: a shared one would carry
             // grpc's own reconnect backoff over from the failed attempt.
             'grpc.use_local_subchannel_pool': 1,
+            // A silent stream is normal (nothing changed): only pings tell a dead peer from a quiet one.
+            'grpc.keepalive_time_ms': keepaliveMs,
+            'grpc.keepalive_timeout_ms': keepaliveTimeoutMs,
+            ...(isLocalTarget(api) ? { 'grpc.enable_http_proxy': 0 } : {}),
           });
           const call = client.makeBidiStreamRequest<Buffer, OpItem>(WATCH_METHOD, (b) => b, decodeOpItem);
           // A new stream re-sends the full state: start from nothing.
@@ -253,7 +279,13 @@ export function createKpngSource(options: KpngSourceOptions): Source {
           let synced = false;
 
           const silent = setTimeout(() => {
-            if (settled || connected) return;
+            if (settled || synced) return;
+            if (connected) {
+              // kpng's server sends its first state only once it has synced with the Kubernetes API,
+              // and none while no Service is selected for this node (an empty diff is never sent).
+              log.info(`connected to ${api}, no state within ${formatDelay(noAnswerMs)}: kpng sends one once it has synced with the Kubernetes API and has a Service for this node; still waiting`);
+              return;
+            }
             const state = grpc.connectivityState[client.getChannel().getConnectivityState(false)] ?? 'unknown';
             const reason = `no answer from ${api} within ${formatDelay(noAnswerMs)} (channel ${state}); still waiting`;
             repeats.log(log, 'warn', reason, undefined, reason);

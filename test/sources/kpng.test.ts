@@ -372,3 +372,77 @@ t.test('a server that accepts but never answers: reported after noAnswerMs (grpc
   await pollUntil(() => h.log.matching(/no answer/).length > 0, () => `a warning; log: ${h.log.lines.slice(-5).join(' | ')}`, 8000, 10);
   t.match(h.log.matching(/no answer/)[0], new RegExp(`^kpng-callout warn: no answer from 127\\.0\\.0\\.1:${port} within 200ms \\(channel \\w+\\); still waiting$`));
 });
+
+t.test('a stream whose peer goes silent (controller host down, network lost) fails by keepalive and reconnects', async (t) => {
+  const { createServer, connect } = await import('node:net');
+  const a = svc('default', 'a');
+  const srv = await new KpngTestServer({ revisions: [[{ op: 'reset' }, setSvc(a)]] }).start();
+  // A TCP relay that can black-hole every open connection (packets dropped, nothing closed).
+  let frozen = false;
+  const pairs: Array<[import('node:net').Socket, import('node:net').Socket]> = [];
+  const relay = createServer((down) => {
+    const up = connect(srv.port, '127.0.0.1');
+    pairs.push([down, up]);
+    down.on('data', (d) => void (frozen || up.write(d)));
+    up.on('data', (d) => void (frozen || down.write(d)));
+    down.on('error', () => up.destroy());
+    up.on('error', () => down.destroy());
+    down.on('close', () => up.destroy());
+    up.on('close', () => down.destroy());
+  });
+  await new Promise<void>((r) => relay.listen(0, '127.0.0.1', r));
+  t.teardown(() => {
+    for (const [x, y] of pairs) (x.destroy(), y.destroy());
+    return new Promise<void>((r) => relay.close(() => r()));
+  });
+  const port = (relay.address() as { port: number }).port;
+  const h = await start(t, [], { api: `127.0.0.1:${port}`, keepaliveMs: 300, keepaliveTimeoutMs: 300 }, srv);
+  await h.sink.waitForStates(1);
+  frozen = true;
+  await pollUntil(() => h.log.matching(/failed/).length > 0, () => `a stream failure; log: ${h.log.lines.slice(-5).join(' | ')}`, 8000, 20);
+  // The peer is reachable again: the new stream gets the full state.
+  for (const [x, y] of pairs.splice(0)) (x.destroy(), y.destroy());
+  frozen = false;
+  srv.push([{ op: 'reset' }, setSvc(a)]);
+  await h.sink.waitForStates(2);
+  t.same(h.sink.texts().at(-1), text([a, []]));
+});
+
+t.test('$http_proxy is not used for a loopback --api (as grpc-go: Go never proxies loopback)', async (t) => {
+  const saved = process.env.http_proxy;
+  process.env.http_proxy = 'http://127.0.0.1:9';
+  t.teardown(() => {
+    if (saved === undefined) delete process.env.http_proxy;
+    else process.env.http_proxy = saved;
+  });
+  const a = svc('default', 'a');
+  const h = await start(t, [[setSvc(a)]]);
+  await h.sink.waitForStates(1);
+  t.same(h.sink.texts(), [text([a, []])]);
+});
+
+t.test('connected but no state (kpng sends none before it has synced with Kubernetes, or while no Service is for this node): said once, at info', async (t) => {
+  const h = await start(t, [[{ op: 'reset' }, { op: 'stall' }]], { noAnswerMs: 200 });
+  await pollUntil(() => h.log.matching(/no state within/).length > 0, () => `an info line; log: ${h.log.lines.slice(-5).join(' | ')}`, 8000, 10);
+  t.match(h.log.matching(/no state within/), [/^kpng-callout info: connected to 127\.0\.0\.1:\d+, no state within 200ms: kpng sends one once it has synced with the Kubernetes API and has a Service for this node; still waiting$/]);
+  t.same(h.log.matching(/warn|no answer/), [], 'not told as a server that does not answer');
+  t.equal(h.sink.states.length, 0);
+});
+
+t.test("grpc-js's own log lines are ours, at debug, one line each (not raw 'E ...' lines on stderr: --log-format json stays JSON)", async (t) => {
+  // A proxy that refuses (loopback port 9), for a target that is not loopback: grpc-js logs its failure to
+  // reach it. No other proxy variable may send it elsewhere (nothing goes to 192.0.2.1 itself).
+  const keys = ['http_proxy', 'https_proxy', 'grpc_proxy', 'no_proxy', 'no_grpc_proxy', 'HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY'];
+  const saved = keys.map((k) => [k, process.env[k]] as const);
+  for (const k of keys) delete process.env[k];
+  process.env.http_proxy = 'http://127.0.0.1:9';
+  t.teardown(() => {
+    for (const [k, v] of saved) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  });
+  const h = await start(t, [], { api: '192.0.2.1:12090' });
+  await pollUntil(() => h.log.matching(/grpc: /).length > 0, () => `a grpc line; log: ${h.log.lines.slice(-5).join(' | ')}`, 8000, 20);
+  t.match(h.log.matching(/grpc: /)[0], /^kpng-callout debug: grpc: [^\n]*proxy/);
+});
