@@ -79,14 +79,18 @@ export interface KpngSourceOptions {
 }
 
 /**
- * True for targets no proxy may carry: Unix sockets, `localhost` and loopback
- * addresses (Go's http.ProxyFromEnvironment, which grpc-go uses, never
- * proxies them; grpc-js would send them to $http_proxy).
+ * Whether grpc-js may send `api` through a proxy, as grpc-go would: not a
+ * Unix socket, `localhost` or a loopback address (Go's
+ * http.ProxyFromEnvironment never proxies them), and only with
+ * `https_proxy`/`HTTPS_PROXY` (or grpc-js's own `grpc_proxy`) set: grpc-go
+ * looks the proxy up for an https URL, so `http_proxy` alone, which grpc-js
+ * would use, is not a proxy for it.
  */
-function isLocalTarget(api: string): boolean {
-  if (api.startsWith('unix:')) return true;
+export function mayProxy(api: string, env: NodeJS.ProcessEnv): boolean {
+  if (!env.grpc_proxy && !env.https_proxy && !env.HTTPS_PROXY) return false;
+  if (api.startsWith('unix:')) return false;
   const host = api.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1').toLowerCase();
-  return host === 'localhost' || host.endsWith('.localhost') || host === '::1' || /^127\./.test(host) || /^::ffff:127\./.test(host);
+  return !(host === 'localhost' || host.endsWith('.localhost') || host === '::1' || /^127\./.test(host) || /^::ffff:127\./.test(host));
 }
 
 
@@ -264,7 +268,7 @@ export function createKpngSource(options: KpngSourceOptions): Source {
             // A silent stream is normal (nothing changed): only pings tell a dead peer from a quiet one.
             'grpc.keepalive_time_ms': keepaliveMs,
             'grpc.keepalive_timeout_ms': keepaliveTimeoutMs,
-            ...(isLocalTarget(api) ? { 'grpc.enable_http_proxy': 0 } : {}),
+            ...(mayProxy(api, process.env) ? {} : { 'grpc.enable_http_proxy': 0 }),
           });
           const call = client.makeBidiStreamRequest<Buffer, OpItem>(WATCH_METHOD, (b) => b, decodeOpItem);
           // A new stream re-sends the full state: start from nothing.

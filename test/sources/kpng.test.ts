@@ -6,7 +6,7 @@ import protobuf from 'protobufjs';
 import * as grpc from '@grpc/grpc-js';
 import { CalloutError } from '../../src/errors.js';
 import type { Endpoint, Service } from '../../src/model.js';
-import { createKpngSource, type KpngSourceOptions } from '../../src/sources/kpng.js';
+import { createKpngSource, mayProxy, type KpngSourceOptions } from '../../src/sources/kpng.js';
 import { stateFromItems, stateText } from '../../src/state.js';
 import { makeCerts, opensslMissing, type TestCerts } from '../helpers/certs.js';
 import { KpngTestServer, type Revision, type ServerOp } from '../helpers/kpng-server.js';
@@ -431,11 +431,12 @@ t.test('connected but no state (kpng sends none before it has synced with Kubern
 
 t.test("grpc-js's own log lines are ours, at debug, one line each (not raw 'E ...' lines on stderr: --log-format json stays JSON)", async (t) => {
   // A proxy that refuses (loopback port 9), for a target that is not loopback: grpc-js logs its failure to
-  // reach it. No other proxy variable may send it elsewhere (nothing goes to 192.0.2.1 itself).
+  // reach it. No other proxy variable may send it elsewhere (nothing goes to 192.0.2.1 itself; with
+  // http_proxy alone it would, as grpc-go: see the next test).
   const keys = ['http_proxy', 'https_proxy', 'grpc_proxy', 'no_proxy', 'no_grpc_proxy', 'HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY'];
   const saved = keys.map((k) => [k, process.env[k]] as const);
   for (const k of keys) delete process.env[k];
-  process.env.http_proxy = 'http://127.0.0.1:9';
+  process.env.https_proxy = 'http://127.0.0.1:9';
   t.teardown(() => {
     for (const [k, v] of saved) {
       if (v === undefined) delete process.env[k];
@@ -445,4 +446,16 @@ t.test("grpc-js's own log lines are ours, at debug, one line each (not raw 'E ..
   const h = await start(t, [], { api: '192.0.2.1:12090' });
   await pollUntil(() => h.log.matching(/grpc: /).length > 0, () => `a grpc line; log: ${h.log.lines.slice(-5).join(' | ')}`, 8000, 20);
   t.match(h.log.matching(/grpc: /)[0], /^kpng-callout debug: grpc: [^\n]*proxy/);
+});
+
+t.test('which --api grpc-js may send through a proxy: as grpc-go (https_proxy, never loopback or unix:)', async (t) => {
+  const remote = '192.0.2.1:12090';
+  t.equal(mayProxy(remote, { http_proxy: 'http://p:3128' }), false, 'http_proxy alone: no (grpc-go looks a proxy up for an https URL)');
+  t.equal(mayProxy(remote, { https_proxy: 'http://p:3128' }), true);
+  t.equal(mayProxy(remote, { HTTPS_PROXY: 'http://p:3128' }), true);
+  t.equal(mayProxy(remote, { grpc_proxy: 'http://p:3128' }), true, "grpc-js's own variable, set on purpose");
+  t.equal(mayProxy(remote, {}), false);
+  for (const local of ['127.0.0.1:1', 'localhost:1', 'kpng.localhost:1', '[::1]:1', 'unix:///run/kpng.sock', 'unix:/run/kpng.sock']) {
+    t.equal(mayProxy(local, { https_proxy: 'http://p:3128' }), false, local);
+  }
 });
