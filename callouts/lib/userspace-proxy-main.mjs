@@ -8,6 +8,10 @@ import { UserspaceProxy } from './userspace-proxy.mjs';
 import { Planner } from './userspace-proxy-plan.mjs';
 import { FrameReader, ServiceTable } from './userspace-proxy-state.mjs';
 
+/** Listeners that could not be bound: how many are logged one by one, and named in the ack. */
+const MAX_TOLD = 20;
+const MAX_ACKED = 10;
+
 export function main() {
   if (process.env.KPNG_CALLOUT_MODE !== 'persistent') {
     log('a persistent callout: run it with `kpng-callout --persistent [--changes] --callout …/userspace-proxy` (KPNG_CALLOUT_MODE is not "persistent")');
@@ -60,8 +64,15 @@ export function main() {
       }
       const failed = await proxy.reconcile(planner.plan(table.ordered(), (msg) => log(msg), localAddresses()));
       if (exiting) return;
-      if (failed.length === 0) ack('ok');
-      else ack(`error cannot listen on ${failed.map((f) => `${f.where}: ${f.why}`).join('; ')}`);
+      if (failed.length === 0) {
+        ack('ok');
+        return;
+      }
+      // Bounded: past the open-file limit every listener fails, at every frame (40,000 at 10,000 Services).
+      for (const f of failed.slice(0, MAX_TOLD)) log(`cannot listen on ${f.where} for ${f.label}: ${f.why}`);
+      if (failed.length > MAX_TOLD) log(`cannot listen on ${failed.length - MAX_TOLD} more addresses (${failed.length} in all)`);
+      const more = failed.length > MAX_ACKED ? `; and ${failed.length - MAX_ACKED} more` : '';
+      ack(`error cannot listen on ${failed.slice(0, MAX_ACKED).map((f) => `${f.where}: ${f.why}`).join('; ')}${more}`);
     });
   });
   process.stdin.setEncoding('utf8');

@@ -79,7 +79,7 @@ export class UserspaceProxy {
     this.sweeper = setInterval(() => this.sweep(), Math.max(50, Math.min(5_000, Math.floor(options.udpIdleTimeoutMs / 4))));
   }
 
-  /** Applies a plan (planListeners); resolves with the binds that failed: [{ where, why }]. */
+  /** Applies a plan (planListeners); resolves with the binds that failed: [{ where, label, why }] (not logged). */
   async reconcile(plan) {
     for (const [key, l] of this.listeners) {
       if (!plan.has(key)) {
@@ -125,7 +125,7 @@ export class UserspaceProxy {
     this.affinities = affinities;
     await Promise.all(binds);
     const failed = [];
-    for (const l of this.listeners.values()) if (!l.up) failed.push({ where: where(l.host, l.port, l.proto), why: l.failed ?? 'not bound' });
+    for (const l of this.listeners.values()) if (!l.up) failed.push({ where: where(l.host, l.port, l.proto), label: l.label, why: l.failed ?? 'not bound' });
     return failed;
   }
 
@@ -142,7 +142,6 @@ export class UserspaceProxy {
           l.up = false;
           const code = err.code ?? 'error';
           l.failed = `${code}${err.message && !err.message.startsWith(code) ? ` (${err.message})` : ''}`;
-          log(`cannot listen on ${where(l.host, l.port, l.proto)} for ${l.label}: ${l.failed}`);
         } else {
           l.up = true;
           l.failed = undefined;

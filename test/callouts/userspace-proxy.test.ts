@@ -342,6 +342,21 @@ t.test('a persistent callout: acks each frame on fd 3, refuses bad ones, exits 0
   t.match(p.stderr(), /end of input: listeners closed, exiting/);
 });
 
+t.test('listeners that cannot be bound (past the open-file limit, every one, at every frame): the log and the ack stay bounded', async (t) => {
+  // Addresses this test's network does not have: each bind fails at once (EADDRNOTAVAIL), nothing is sent.
+  const many = Array.from({ length: 30 }, (_, i) => line(`s${i}`, { IPs: { ClusterIPs: { V4: [`192.0.2.${100 + i}`] } }, Ports: [{ Protocol: 1, Port: 80 }] }));
+  const p = persistent(repoPath('callouts/userspace-proxy'));
+  const ack = await p.frame(`{"Frame":{"Seq":1,"Input":"full"}}\n${many.join('\n')}\n\n`);
+  t.match(ack, /^error cannot listen on 192\.0\.2\.100:80\/tcp: EADDRNOTAVAIL/);
+  t.equal(ack.split('; ').length, 11, 'ten named, then how many more');
+  t.match(ack, /; and 20 more$/);
+  t.equal(await p.end(), 0);
+  const told = p.stderr().split('\n').filter((l) => l.includes('cannot listen on'));
+  t.equal(told.length, 21, 'twenty named, then one line for the rest');
+  t.match(told[0], /^userspace-proxy: cannot listen on 192\.0\.2\.100:80\/tcp for "default\/s0" port 80\/tcp: EADDRNOTAVAIL/);
+  t.match(told[20], /^userspace-proxy: cannot listen on 10 more addresses \(30 in all\)$/);
+});
+
 t.test('a copy outside this package (CommonJS there) runs the same', async (t) => {
   const dir = tempDir(t, 'kpng-usp-copy-');
   mkdirSync(join(dir, 'lib'));
