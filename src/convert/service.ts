@@ -6,7 +6,7 @@
  * Where kpng relies on the API server's defaults, the same defaults apply
  * here, so hand-written manifests convert like the objects the API server
  * would return for them: namespace `default`, type `ClusterIP`, protocol TCP,
- * targetPort = port, ClientIP affinity timeout 10800 s.
+ * targetPort = port (absent, 0 or ""), ClientIP affinity timeout 10800 s.
  */
 import type { IPSet, PortMapping, Service } from '../model.js';
 import { Fields, type FieldPath } from './fields.js';
@@ -111,19 +111,16 @@ function servicePort(v: unknown, path: FieldPath): PortMapping {
   const pm: PortMapping = {};
   const name = p.string('name');
   if (name) pm.Name = name;
-  pm.Protocol = protocols[proto] ?? 0;
+  pm.Protocol = Object.hasOwn(protocols, proto) ? protocols[proto]! : 0;
   if (port) pm.Port = port;
   const nodePort = p.int32('nodePort');
   if (nodePort) pm.NodePort = nodePort;
-  // IntOrString: a name, a number, or (absent) the port itself.
+  // IntOrString: a name, a number, or the port itself when absent, 0 or ""
+  // (the API server's default: SetDefaults_Service).
   const tp = p.value('targetPort');
-  if (!p.has('targetPort')) {
-    if (port) pm.TargetPort = port;
-  } else if (typeof tp === 'string') {
-    if (tp) pm.TargetPortName = tp;
-  } else {
-    const n = p.int32('targetPort');
-    if (n) pm.TargetPort = n;
-  }
+  const n = typeof tp === 'string' ? 0 : p.int32('targetPort');
+  if (typeof tp === 'string' && tp) pm.TargetPortName = tp;
+  else if (n) pm.TargetPort = n;
+  else if (port) pm.TargetPort = port;
   return pm;
 }

@@ -23,6 +23,59 @@ spec:
   );
 });
 
+t.test('Service: targetPort 0, "" and null default to the port, as the API server defaults them (SetDefaults_Service)', async (t) => {
+  t.equal(
+    convert(`
+apiVersion: v1
+kind: Service
+metadata: {name: plain}
+spec:
+  clusterIP: 10.96.0.5
+  ports: [{name: a, port: 80, targetPort: 0}, {name: b, port: 81, targetPort: ""}, {name: c, port: 82, targetPort: null}]
+`),
+    nd({
+      Service: {
+        ...svcHead('plain'),
+        IPs: { ClusterIPs: { V4: ['10.96.0.5'] }, ExternalIPs: {} },
+        Ports: [
+          { Name: 'a', Protocol: 1, Port: 80, TargetPort: 80 },
+          { Name: 'b', Protocol: 1, Port: 81, TargetPort: 81 },
+          { Name: 'c', Protocol: 1, Port: 82, TargetPort: 82 },
+        ],
+        SessionAffinity: null,
+      },
+      Endpoints: null,
+    }),
+  );
+});
+
+t.test('Service: a protocol named like an Object property (constructor, toString, __proto__) is unknown (0), as Go\'s ParseProtocol', async (t) => {
+  const out = convert(`
+apiVersion: v1
+kind: Service
+metadata: {name: plain}
+spec:
+  clusterIP: 10.96.0.5
+  ports: [{name: a, port: 80, protocol: constructor}, {name: b, port: 81, protocol: toString}, {name: c, port: 82, protocol: __proto__}]
+`);
+  t.equal(
+    out,
+    nd({
+      Service: {
+        ...svcHead('plain'),
+        IPs: { ClusterIPs: { V4: ['10.96.0.5'] }, ExternalIPs: {} },
+        Ports: [
+          { Name: 'a', Port: 80, TargetPort: 80 },
+          { Name: 'b', Port: 81, TargetPort: 81 },
+          { Name: 'c', Port: 82, TargetPort: 82 },
+        ],
+        SessionAffinity: null,
+      },
+      Endpoints: null,
+    }),
+  );
+});
+
 t.test('Service: ClusterIPs from clusterIPs, clusterIP as fallback, None = headless with empty ClusterIPs', async (t) => {
   t.equal(
     convert(`
