@@ -123,7 +123,8 @@ export function splitGlobList(value: string): string[] {
 /** The entries of `src` whose key matches `filter`; undefined without a filter. */
 export function filterMap(src: Record<string, unknown> | undefined | null, filter: GlobFilter | undefined): Record<string, string> | undefined {
   if (!filter) return undefined;
-  const dst: Record<string, string> = {};
+  // No prototype: a key `__proto__` (valid in a hand-written manifest) is kept as kpng keeps it.
+  const dst = Object.create(null) as Record<string, string>;
   if (src) for (const [k, v] of Object.entries(src)) if (typeof v === 'string' && filter.matches(k)) dst[k] = v;
   return dst;
 }

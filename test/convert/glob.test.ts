@@ -32,3 +32,12 @@ t.test('filterMap keeps the string entries whose key matches; nothing without a 
   t.same(filterMap(null, f), {});
   t.equal(filterMap({ app: 'web' }, undefined), undefined);
 });
+
+t.test('filterMap keeps a key named __proto__ (a hand-written manifest may have one; kpng keeps it)', async (t) => {
+  const src = JSON.parse('{"__proto__":"x","app":"y"}') as Record<string, unknown>;
+  const out = filterMap(src, compileGlobs(['*']))!;
+  t.same(Object.entries(out), [
+    ['__proto__', 'x'],
+    ['app', 'y'],
+  ]);
+});
