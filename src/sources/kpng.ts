@@ -88,8 +88,10 @@ export interface KpngSourceOptions {
  */
 export function mayProxy(api: string, env: NodeJS.ProcessEnv): boolean {
   if (!env.grpc_proxy && !env.https_proxy && !env.HTTPS_PROXY) return false;
-  if (api.startsWith('unix:')) return false;
-  const host = api.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1').toLowerCase();
+  if (api.startsWith('unix')) return false;
+  const host = api
+    .replace(/^dns:(\/\/[^/]*\/)?/, '')
+    .replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1').toLowerCase();
   return !(host === 'localhost' || host.endsWith('.localhost') || host === '::1' || /^127\./.test(host) || /^::ffff:127\./.test(host));
 }
 

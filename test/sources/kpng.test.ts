@@ -455,7 +455,8 @@ t.test('which --api grpc-js may send through a proxy: as grpc-go (https_proxy, n
   t.equal(mayProxy(remote, { HTTPS_PROXY: 'http://p:3128' }), true);
   t.equal(mayProxy(remote, { grpc_proxy: 'http://p:3128' }), true, "grpc-js's own variable, set on purpose");
   t.equal(mayProxy(remote, {}), false);
-  for (const local of ['127.0.0.1:1', 'localhost:1', 'kpng.localhost:1', '[::1]:1', 'unix:///run/kpng.sock', 'unix:/run/kpng.sock']) {
+  t.equal(mayProxy(`dns:///${remote}`, { https_proxy: 'http://p:3128' }), true);
+  for (const local of ['127.0.0.1:1', 'localhost:1', 'kpng.localhost:1', '[::1]:1', 'unix:///run/kpng.sock', 'unix:/run/kpng.sock', 'unix-abstract:kpng', 'dns:///127.0.0.1:1', 'dns:///localhost:1']) {
     t.equal(mayProxy(local, { https_proxy: 'http://p:3128' }), false, local);
   }
 });
