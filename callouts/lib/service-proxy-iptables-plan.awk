@@ -244,6 +244,8 @@ $1 == "E" {
 	if (k in epchain) next
 	# -1: a named target port its overrides do not list (not an endpoint of this port)
 	if ($3 == "-1") next
+	# -2: its override for this port has no number (an EndpointSlice port without one): not used, as kube-proxy
+	if ($3 == "-2") { warn(name ": endpoint " k ": its port override has no port number: not used for this port"); next }
 	p = $3 == "" || $3 == "0" ? TP : $3
 	if (!port(p)) { warn(name ": skipping endpoint " k ": port " shown(p) " is not an integer 1-65535"); next }
 	x = chainname(GP "E", key "|" k "|" p, 7)

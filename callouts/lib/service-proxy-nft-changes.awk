@@ -90,7 +90,7 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 				for (e = 1; e <= n; e++) {
 					split(eps[e], w, " ")
 					kk = f SUBSEP du[1] SUBSEP du[2] SUBSEP w[1] SUBSEP w[3]
-					if (op == 1) { if (!(kk in CU1)) { CU1[kk] = 1; app(DEL, "udp" f, du[1] " . " du[2] " . " w[1] " . " w[3]) } }
+					if (op == 1) { CD1[f, du[1], du[2]] = 1; if (!(kk in CU1)) { CU1[kk] = 1; app(DEL, "udp" f, du[1] " . " du[2] " . " w[1] " . " w[3]) } }
 					else {
 						if (!(kk in CU2)) { CU2[kk] = 1; app(ADD, "udp" f, du[1] " . " du[2] " . " w[1] " . " w[3]) }
 						if (w[1] != z) NEWR[f, du[1], du[2]] = 1
@@ -146,6 +146,9 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 		if (p[4] == z) { if ((p[1], p[2], p[3]) in NEWR) ct_out(p[1], p[2], p[3], "-") }
 		else if (!(kk in CU2)) ct_out(p[1], p[2], p[3], p[4])
 	}
+	# a destination no Previous line had (new Service, address or port), now with endpoints:
+	# its untranslated flows from before go too (kube-proxy: a newly active UDP Service)
+	for (kk in NEWR) if (!(kk in CD1)) { split(kk, p, SUBSEP); ct_out(p[1], p[2], p[3], "-") }
 	close(ctfile)
 	if (!dry) warn("change set: " nrec " line(s) applied")
 }

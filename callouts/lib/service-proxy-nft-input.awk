@@ -67,7 +67,7 @@ function start_frame(kind, seq) {
 	delete ELORDER; delete ELN; delete rec; delete NEWU; delete NEWR; delete NEWD; delete OLDU
 	delete IDS; delete GEN; delete DS; delete DCe; delete DCa; delete AS; delete AC
 	delete ADD; delete DEL; delete hpseen; delete fseen; delete dupd; delete PREV
-	delete KSEEN; delete HPA; delete CU1; delete CU2; delete CI1; delete CI2; delete cipseen
+	delete KSEEN; delete HPA; delete CU1; delete CU2; delete CI1; delete CI2; delete cipseen; delete CD1; delete OLDD; HAVEOLD = 0
 	nids = naobj = nelm = ng1 = nds = ndca = ndce = nas = nac = nrec = 0
 	wrote = 0; bad = ""
 	inframe = 1

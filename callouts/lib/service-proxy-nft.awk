@@ -126,9 +126,12 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 				tp = tport ? tport : port
 				for (o = 0; o < ON[e]; o++) if (a[OS[e] + 2 * o] == pname) {
 					if (num(a[OS[e] + 2 * o + 1], 1, 65535)) tp = a[OS[e] + 2 * o + 1] + 0
-					else if (loud) warn(shown(pk) ": ignoring port override " shown(a[OS[e] + 2 * o + 1]) ": not a port number")
+					else tp = -1
 					break
 				}
+				# Its override for this port has no usable number (an EndpointSlice
+				# port without one): not an endpoint of this port (as kube-proxy).
+				if (tp == -1) { if (loud) warn(shown(pk) ": endpoint " shown(ep) ": its port " shown(pname) " is " shown(a[OS[e] + 2 * o + 1]) ", not a port number: not used for port " port); continue }
 				# A named target port its overrides do not list: the pod does not
 				# serve it, so it is no endpoint of this port (as kube-proxy).
 				if (named && o == ON[e] && ON[e] > 0) continue
@@ -272,6 +275,7 @@ function read_old_udp(   l, t, f, n, parts, i, p, x, y) {
 	if (oldudp == "") return
 	f = 0; t = ""
 	while ((getline l < oldudp) > 0) {
+		HAVEOLD = 1
 		if (l ~ /set udp4 /) f = 4
 		else if (l ~ /set udp6 /) f = 6
 		if (index(l, "elements = {")) { t = substr(l, index(l, "{") + 1); inel = 1 }
@@ -286,6 +290,7 @@ function read_old_udp(   l, t, f, n, parts, i, p, x, y) {
 				x = addr(f, p[1]); y = addr(f, p[3])
 				if (x == "" || y == "" || !num(p[2], 1, 65535) || !num(p[4], 0, 65535)) continue
 				OLDU[f, x, p[2], y, p[4]] = 1
+				OLDD[f, x, p[2]] = 1
 			}
 			t = ""
 		}
@@ -303,6 +308,10 @@ function full_ct(   k, p, z) {
 		if (p[4] == z) { if ((p[1], p[2], p[3]) in NEWR) ct_out(p[1], p[2], p[3], "-") }
 		else if (!((p[1], p[2], p[3], p[4], p[5]) in NEWU)) ct_out(p[1], p[2], p[3], p[4])
 	}
+	# a destination the table did not have (a new Service, address or port) that has
+	# endpoints: a client may have sent to it before, its flow not translated; kube-proxy
+	# clears those too (a newly active UDP Service). Not on a first run (no table).
+	if (HAVEOLD) for (k in NEWR) if (!(k in OLDD)) { split(k, p, SUBSEP); ct_out(p[1], p[2], p[3], "-") }
 }
 function decl(m, type) { return "\t" (m ~ /^(svc|noep|np|noepnp|ep|epnp)/ ? "map " : "set ") m " {\n\t\t" type "\n\t}" }
 function full_end(   i, f, k, p, out, nm, body, t) {

@@ -251,3 +251,21 @@ t.test('DRY_RUN: an endpoint whose PortOverrides lack a named target port is not
   const dnat = ipt.stdout.split('\n').flatMap((l) => /--to-destination (\S+)/.exec(l)?.[1] ?? []).sort();
   t.same(dnat, ['198.51.100.130:8080', '198.51.100.130:8181', '198.51.100.130:82', '198.51.100.2:8080', '198.51.100.2:8181', '198.51.100.2:82', '198.51.100.2:9090']);
 });
+
+t.test('DRY_RUN: an endpoint whose PortOverrides entry for the port has no number (an EndpointSlice port without one) is not used for it, as kube-proxy', { skip: noJq }, async (t) => {
+  const line = JSON.stringify({
+    Service: { Namespace: 'default', Name: 'nilport', Type: 'ClusterIP', IPs: { ClusterIPs: { V4: ['192.0.2.61'] } }, Ports: [{ Name: 'http', Protocol: 1, Port: 80, TargetPort: 8080 }], SessionAffinity: null },
+    Endpoints: [
+      { IPs: { V4: ['198.51.100.2'] }, PortOverrides: [{ Name: 'http' }] },
+      { IPs: { V4: ['198.51.100.3'] }, PortOverrides: [{ Name: 'http', Port: 9090 }] },
+    ],
+  });
+  const nft = await run(NFT, lines(line), { DRY_RUN: '1' });
+  t.equal(nft.code, 0, 'nft: planned', { stderr: nft.stderr });
+  t.same(nft.stdout.split('\n').filter((l) => / : 198\.51\.100\./.test(l)).map((l) => l.trim().replace(/,$/, '')), ['192.0.2.61 . tcp . 80 . 0 : 198.51.100.3 . 9090']);
+  t.match(nft.stderr, /endpoint "198\.51\.100\.2": its port "http" is "0", not a port number: not used for port 80/);
+  const ipt = await run(IPT, lines(line), { DRY_RUN: '1' });
+  t.equal(ipt.code, 0, 'iptables: planned', { stderr: ipt.stderr });
+  t.same(ipt.stdout.split('\n').flatMap((l) => /--to-destination (\S+)/.exec(l)?.[1] ?? []), ['198.51.100.3:9090']);
+  t.match(ipt.stderr, /endpoint 198\.51\.100\.2: its port override has no port number: not used for this port/);
+});

@@ -68,10 +68,10 @@ const CALLOUTS: Callout[] = [
 const both = (i: number) => ({ v4: [svcIP('v4', i)], v6: [svcIP('v6', i)] });
 const ep = (pod: 'pod1' | 'pod2', o: Omit<EndpointSpec, 'pod'> = { local: true }): EndpointSpec => ({ pod, ...o });
 
-const I = { web: 10, one: 11, two: 12, sticky: 13, local: 14, scoped: 15, empty: 16, udp: 17, hostile: 30 } as const;
+const I = { web: 10, one: 11, two: 12, sticky: 13, local: 14, scoped: 15, empty: 16, udp: 17, fresh: 18, hostile: 30 } as const;
 const X = { web: 200, local: 201, scoped: 202, empty: 203 } as const;
 const LB = { web: 220 } as const;
-const NP = { http: 30080, alt: 30081, tls: 30443, raw: 30090, dns: 30053, local: 30100, empty: 30110, sticky: 30120 } as const;
+const NP = { http: 30080, alt: 30081, tls: 30443, raw: 30090, dns: 30053, local: 30100, empty: 30110, sticky: 30120, fresh: 30130 } as const;
 
 const web = (pods: Array<'pod1' | 'pod2'>): ServiceSpec => ({
   name: 'web',
@@ -403,6 +403,23 @@ for (const c of CALLOUTS) {
       for (const fam of FAMILIES) {
         answered(t, await lab.udp('client', svcIP(fam, I.udp), 53, { n: 3, srcPort: 40053 }), ['pod2'], 9090, `${fam} UDP from the same port 40053 -> pod2:9090 now`);
       }
+    });
+
+    await t.test('UDP sent to a Service address before the Service existed reaches it once it does (same source port)', async (t) => {
+      // As kube-proxy (a newly active UDP Service): the flows the client made while nothing
+      // translated that address (untranslated, so never to an endpoint) are deleted.
+      const s2p = S2.map((s) => (s.name === 'udp' ? { ...s, ports: [{ protocol: 'UDP' as const, port: 53, targetPort: 9090 }] } : s));
+      const fresh = simple('fresh', I.fresh, [ep('pod2')], { type: 'NodePort', ports: [{ protocol: 'UDP', port: 53, nodePort: NP.fresh, targetPort: 8080 }] });
+      for (const fam of FAMILIES) {
+        await lab.udp('client', svcIP(fam, I.fresh), 53, { n: 1, srcPort: 40054 });
+        await lab.udp('client', NODE.client[fam], NP.fresh, { n: 1, srcPort: 40055 });
+      }
+      await direct(t, stateText([...s2p, fresh]), 'a new UDP Service');
+      for (const fam of FAMILIES) {
+        answered(t, await lab.udp('client', svcIP(fam, I.fresh), 53, { n: 2, srcPort: 40054 }), ['pod2'], 8080, `${fam} ClusterIP from the same port 40054 -> pod2`);
+        answered(t, await lab.udp('client', NODE.client[fam], NP.fresh, { n: 2, srcPort: 40055 }), ['pod2'], 8080, `${fam} NodePort from the same port 40055 -> pod2`);
+      }
+      await direct(t, stateText(s2p), 'the new Service removed');
     });
 
     await t.test('the same through kpng-callout replay --once', async (t) => {
