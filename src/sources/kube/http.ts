@@ -99,7 +99,7 @@ export class ApiClient {
     for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, String(v));
     const credentials = await this.options.credentials;
     for (let retried = false; ; retried = true) {
-      const res = await this.request(url, credentials, o);
+      const res = await this.requestFresh(url, credentials, o);
       if (res.statusCode === 200) return { body: decoded(res) };
       const body = await readCapped(decoded(res), MAX_ERROR_BODY).catch(() => '');
       if (res.statusCode === 401 && !retried && credentials.refresh()) continue;
@@ -114,6 +114,23 @@ export class ApiClient {
     body.on('data', (c: Buffer) => chunks.push(c));
     await new Promise<void>((resolve, reject) => finished(body, (err) => (err ? reject(cutShort(err)) : resolve())));
     return Buffer.concat(chunks);
+  }
+
+  /**
+   * {@link request}, made once more when it failed on a kept-alive connection
+   * the server had closed meanwhile (ECONNRESET/EPIPE before any answer on a
+   * reused socket: a server that closes after a response without
+   * `Connection: close`, an idle timeout racing the reuse). A GET is
+   * idempotent; Go's transport (client-go) retries these too.
+   */
+  private async requestFresh(url: URL, credentials: Credentials, o: RequestKind): Promise<http.IncomingMessage> {
+    try {
+      return await this.request(url, credentials, o);
+    } catch (err) {
+      const code = (err as { code?: unknown }).code;
+      if (!(err as { reusedSocket?: boolean }).reusedSocket || (code !== 'ECONNRESET' && code !== 'EPIPE') || o.signal.aborted) throw err;
+      return this.request(url, credentials, o);
+    }
   }
 
   private async request(url: URL, credentials: Credentials, o: RequestKind): Promise<http.IncomingMessage> {
@@ -138,11 +155,13 @@ export class ApiClient {
           : Object.assign(new Error(`no connection in ${this.timeoutMs / 1000} s`), { code: 'ETIMEDOUT' });
         req.destroy(err);
       });
-      req.once('error', reject);
+      // A kept-alive connection the server closed meanwhile: said so, for requestFresh.
+      const onError = (err: Error): void => reject(req.reusedSocket ? Object.assign(err, { reusedSocket: true }) : err);
+      req.once('error', onError);
       req.once('response', (res) => {
         // A watch may be quiet for minutes: its silence is the idle watchdog's business.
         if (o.stream) req.setTimeout(0);
-        req.removeListener('error', reject);
+        req.removeListener('error', onError);
         // Errors after the response surface on the response: keep them from becoming uncaught.
         req.on('error', () => {});
         resolve(res);

@@ -146,6 +146,8 @@ export class ListWatch implements Member {
   private refused = 0;
   /** Failures in a row for quick ends or expiries (the backoff's streak: each list in between looks healthy). */
   private unstable = 0;
+  /** Watches in a row that failed at once after they opened (a cut stream, a line that is not JSON). */
+  private cutShort = 0;
 
   constructor(private readonly o: ListWatchOptions) {
     this.resource = o.resource;
@@ -321,10 +323,16 @@ export class ListWatch implements Member {
     } catch (err) {
       if (err === EXPIRED) return true;
       if (signal.aborted) return false;
-      throw new Failed(this.refusal(err, describeKubeError(err, 'watch', this, o.server)));
+      const failure = this.refusal(err, describeKubeError(err, 'watch', this, o.server));
+      // Opened (healthy: the supervisor's backoff starts over), then failed at once (cut, not JSON):
+      // again and again, that is the backoff's streak, or it would retry at the shortest wait for ever.
+      if (Date.now() - opened >= QUICK_END_MS) this.cutShort = 0;
+      else failure.streak = Math.max(failure.streak ?? 0, ++this.cutShort);
+      throw new Failed(failure);
     } finally {
       this.watchdog.disarm();
     }
+    this.cutShort = 0;
     this.quickEnds = events === 0 && Date.now() - opened < QUICK_END_MS ? this.quickEnds + 1 : 0;
     if (this.quickEnds >= QUICK_ENDS) {
       this.quickEnds = 0;

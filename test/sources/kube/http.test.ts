@@ -219,3 +219,27 @@ t.test('the server URL: a path prefix is kept; one that is no http(s) URL fails 
     client.close();
   }
 });
+
+t.test('a kept-alive connection the server closed after its answer (no Connection: close): the request is made again on a new one', async (t) => {
+  // As a naive server does: a 200 with a complete body, then the socket closed at once.
+  const { createServer: createNetServer } = await import('node:net');
+  let connections = 0;
+  const srv = createNetServer((sock) => {
+    connections++;
+    sock.once('data', () => {
+      sock.end('HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{"items":[]}');
+    });
+  });
+  srv.listen(0, '127.0.0.1');
+  await once(srv, 'listening');
+  t.teardown(() => srv.close());
+  const { port } = srv.address() as AddressInfo;
+  const credentials: Promise<Credentials> = Promise.resolve({ via: 'none', forRequest: async () => ({ headers: {} }), refresh: () => false } as unknown as Credentials);
+  const client = new ApiClient({ server: `http://127.0.0.1:${port}`, credentials });
+  t.teardown(() => client.close());
+  for (let i = 0; i < 4; i++) {
+    const body = await client.getBytes('/api/v1/services', {}, { signal });
+    t.equal(body.toString(), '{"items":[]}', `request ${i + 1}`);
+  }
+  t.equal(connections, 4, 'one connection per request');
+});

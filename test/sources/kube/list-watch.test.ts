@@ -350,3 +350,16 @@ t.test('the continue token is read from the head of a page, never from its items
   t.equal(continueToken(Buffer.from('{"items":[],"metadata":{"continue":"late"}}')), undefined, 'after the items: read once parsed');
   t.equal(continueToken(Buffer.from('{"metadata":{}}')), undefined);
 });
+
+t.test('watches cut right after they open, again and again: the backoff grows (no retry at the shortest wait for ever)', async (t) => {
+  const srv = new KubeApiServer();
+  srv.add('services', service('web'));
+  srv.onRequest((r) => {
+    if (r.watch) setTimeout(() => srv.dropWatches(), 20);
+  });
+  const { log } = await servicesLoop(t, srv);
+  await pollUntil(() => log.matching(/watch services: connection.*retrying in/).length >= 4, 'four cut watches');
+  const delays = log.matching(/watch services: connection.*retrying in \d+ms/).map((l) => Number(/retrying in (\d+)ms/.exec(l)![1]));
+  t.ok(delays[0]! <= 12, `the first retry at the shortest wait (${delays[0]} ms)`);
+  t.ok(delays[3]! >= 30, `the fourth retry waits longer (${delays.join(', ')} ms; backoff 10 ms doubling to 40 ms)`);
+});
