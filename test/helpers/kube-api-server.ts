@@ -55,6 +55,8 @@ export class KubeApiServer {
   refuseWatches: { code: number; reason: string; message: string } | undefined;
   /** When set, list bodies are gzip-compressed for clients that accept it. */
   gzipLists = false;
+  /** Lists: `limit` ignored (every list in one body), indented JSON, written in pieces of this many bytes a tick, metadata after the items (an array in it). */
+  listQuirks: { ignoreLimit?: boolean; indented?: boolean; pieceBytes?: number; metadataLast?: boolean } = {};
   /** Connections accepted so far (keep-alive shows as fewer connections than requests). */
   connections = 0;
   private token: string | undefined;
@@ -383,12 +385,27 @@ export class KubeApiServer {
   ): void {
     const info = resources[resource];
     // Stored objects are replaced, never changed in place: a snapshot of them stays as it was.
-    const page = this.lists.page(query, () => this.store.snapshot(resource, selector));
+    const q = this.listQuirks;
+    const page = this.lists.page(q.ignoreLimit ? { ...query, limit: '' } : query, () => this.store.snapshot(resource, selector));
     if (!page) {
       reply(410, status(410, 'Expired', 'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.'));
       return;
     }
     const body = { kind: info.kind + 'List', apiVersion: info.apiVersion, ...page };
+    if (q.indented || q.pieceBytes || q.metadataLast) {
+      const { metadata, ...rest } = body;
+      const text = JSON.stringify(q.metadataLast ? { ...rest, metadata: { ...metadata, x: [1] } } : body, null, q.indented ? 2 : undefined);
+      record.status = 200;
+      res.writeHead(200, { 'content-type': 'application/json' });
+      const step = q.pieceBytes || text.length;
+      const write = (at: number): void => {
+        if (at >= text.length) return void res.end();
+        res.write(text.slice(at, at + step));
+        setImmediate(() => write(at + step));
+      };
+      write(0);
+      return;
+    }
     if (!this.gzipLists || !/\bgzip\b/.test(String(req.headers['accept-encoding'] ?? ''))) {
       reply(200, body);
       return;

@@ -107,12 +107,11 @@ export class ApiClient {
     }
   }
 
-  /** GET a list page: its body read whole, as bytes (parsed by the caller, maybe after a look at its head). */
+  /** GET a list page: its body read whole, as bytes. */
   async getBytes(path: string, query: Record<string, string | number | undefined>, o: { signal: AbortSignal }): Promise<Buffer> {
     const { body } = await this.get(path, query, { ...o, stream: false });
     const chunks: Buffer[] = [];
-    body.on('data', (c: Buffer) => chunks.push(c));
-    await new Promise<void>((resolve, reject) => finished(body, (err) => (err ? reject(cutShort(err)) : resolve())));
+    await eachChunk(body, (c) => chunks.push(c));
     return Buffer.concat(chunks);
   }
 
@@ -168,6 +167,31 @@ export class ApiClient {
       });
       req.end();
     });
+  }
+}
+
+/**
+ * Hands each chunk of a response body to `onChunk` as it arrives; resolves at
+ * its end. A body cut short (or silent past the request timeout) rejects with
+ * ERR_STREAM_PREMATURE_CLOSE; what `onChunk` throws ends the request and
+ * rejects as it is.
+ */
+export async function eachChunk(body: Readable, onChunk: (chunk: Buffer) => void): Promise<void> {
+  const chunks = body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  for (;;) {
+    let next: IteratorResult<Buffer>;
+    try {
+      next = await chunks.next();
+    } catch (err) {
+      throw cutShort(err);
+    }
+    if (next.done) return;
+    try {
+      onChunk(next.value);
+    } catch (err) {
+      body.destroy();
+      throw err;
+    }
   }
 }
 

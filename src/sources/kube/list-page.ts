@@ -1,25 +1,30 @@
 /**
- * A list page (the API server's JSON bytes) read one item at a time: each
- * item is decoded and parsed on its own and handed over before the next, so
- * the objects of one item, not of 500, are alive at once.
+ * A list page (the API server's JSON bytes) read one item at a time, as its
+ * bytes arrive: each item is parsed on its own and handed over before the
+ * next, so the objects of one item, not of 500, are alive at once, and the
+ * page's bytes are dropped as its items are read.
  *
  * Why (measured at 10,000 Services, bench/kube.js): `JSON.parse` of a whole
  * 1.7 MB page of EndpointSlices builds ~6 MB of objects that all stay alive
- * until the page is handed over; every young-generation collection in that
- * window copied them and moved them to the old generation, where they piled
- * up as garbage (~140 ms of collections over the first sync, the heap at 78
- * MB before the first full collection), and the page's text, a 1.7 MB
- * string, went to the large-object space until then too.
+ * until the page is handed over (~140 ms of young-generation collections
+ * over the first sync). A server that ignores `limit` sends the whole list
+ * as one body (38 MB at 10,000 slices): kept whole, then copied into one
+ * buffer, it took the first sync to 232–270 MiB, and parsing started only
+ * after its last byte (a hunt's naive server).
  *
- * How: items of one list are encoded alike by the API server, so every item
- * starts with the first item's first key; the page is cut where `},` is
- * followed by that start (a native byte search), and each piece parsed
- * alone. Correct whatever the cuts: JSON never has an unescaped quote inside
- * a string, and a piece that does not parse (a cut in the wrong place, or a
- * page not shaped like the API server's) falls back to `JSON.parse` of the
- * whole page, whose error is the one thrown when it is not JSON. The page
- * outside its items (kind, metadata: resourceVersion, continue) is parsed on
- * its own, from the text around the items.
+ * How: items of one list are encoded alike, so every item starts with the
+ * first item's first key; an item ends at a `}` followed by `,`, `{` and that
+ * key (whitespace allowed between them, as Python's or indented encoders
+ * write). Each such piece is parsed alone; one that does not parse (the key
+ * inside an item, e.g. a second managedFields entry) is joined with the next.
+ * Correct whatever the cuts: JSON never has an unescaped quote inside a
+ * string, and a piece from an item's start parses only when it ends where
+ * that item ends. The page outside its items (kind, metadata:
+ * resourceVersion, continue) is parsed on its own, from the text around them.
+ * A page not shaped so is kept whole and parsed by `JSON.parse` (whose error
+ * is the one thrown when it is not JSON); a streamed page found wrong only at
+ * its end, its bytes gone, throws {@link PageNotCut}: the caller reads it
+ * again whole.
  */
 
 /** What a list page says besides its items. */
@@ -35,7 +40,181 @@ export class NotAList extends Error {
   }
 }
 
+/** Thrown by {@link ListReader.end}: a streamed page turned out not to cut into items; read it whole. */
+export class PageNotCut extends Error {
+  constructor() {
+    super('the list page could not be read item by item');
+  }
+}
+
 const ITEMS = Buffer.from('"items"');
+/** A page whose `items` has not begun after this much is read whole. */
+const MAX_HEAD = 1 << 20;
+const isSpace = (c: number | undefined): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+
+function skipSpace(bytes: Buffer, i: number): number {
+  while (isSpace(bytes[i])) i++;
+  return i;
+}
+
+/**
+ * Reads one list page pushed in chunks (`push`), handing each item to
+ * `onItem` as soon as it is complete; `end` returns the page's metadata.
+ * With `whole`, or for a page not shaped like the API server's, the bytes
+ * are kept and parsed at the end (see {@link readListPage}).
+ */
+export class ListReader {
+  /** Bytes not yet consumed: the head, then from the current item's start. */
+  private buf: Buffer = Buffer.alloc(0);
+  private phase: 'head' | 'items' | 'whole';
+  /** Every chunk, while they may still be needed whole. */
+  private kept: Buffer[] = [];
+  private head = '';
+  /** The first item's first key, quoted; undefined for an empty list. */
+  private key: Buffer | undefined;
+  /** Offsets in `buf`: the current item's `{`, and where the next search for a cut starts. */
+  private start = 0;
+  private scan = 0;
+
+  /** `onHead` gets the page's bytes up to its `"items"` (its continue token: {@link continueToken}) as soon as they are in. */
+  constructor(
+    private readonly onItem: (item: unknown) => void,
+    private readonly onHead?: (head: Buffer) => void,
+    whole = false,
+  ) {
+    this.phase = whole ? 'whole' : 'head';
+  }
+
+  push(chunk: Buffer): void {
+    if (this.phase === 'whole') {
+      this.kept.push(chunk);
+      return;
+    }
+    this.buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
+    if (this.phase === 'head') {
+      this.kept.push(chunk);
+      this.begin();
+    }
+    if (this.phase === 'items') this.cut();
+  }
+
+  /** The page's metadata, once every chunk was pushed. */
+  end(): PageMeta {
+    if (this.phase !== 'items') return readWhole(this.kept.length === 1 ? this.kept[0]! : Buffer.concat(this.kept), this.onItem);
+    const close = this.buf.lastIndexOf(0x5d);
+    if (close < this.start) throw new PageNotCut();
+    let meta: PageMeta | undefined;
+    try {
+      meta = restOf(`${this.head}"items":[]${this.buf.toString('utf8', close + 1)}`);
+    } catch {
+      // not the page's own items' end
+    }
+    if (meta === undefined) throw new PageNotCut();
+    if (this.key !== undefined) {
+      let end = close - 1;
+      while (end > this.start && isSpace(this.buf[end])) end--;
+      if (!this.piece(this.start, end + 1)) throw new PageNotCut();
+    } else if (skipSpace(this.buf, this.start) !== close) throw new PageNotCut();
+    return meta;
+  }
+
+  /** Finds the items' start; settles how the page is read. */
+  private begin(): void {
+    const { buf } = this;
+    const at = buf.indexOf(ITEMS);
+    if (at < 0) {
+      if (buf.length > MAX_HEAD) this.phase = 'whole';
+      return;
+    }
+    let open = skipSpace(buf, at + ITEMS.length);
+    if (open >= buf.length) return;
+    if (buf[open] !== 0x3a) return void (this.phase = 'whole');
+    open = skipSpace(buf, open + 1);
+    if (open >= buf.length) return;
+    const head = buf.toString('utf8', 0, at);
+    if (buf[open] !== 0x5b || !atTopLevel(head)) return void (this.phase = 'whole');
+    const first = skipSpace(buf, open + 1);
+    if (first >= buf.length) return;
+    if (buf[first] === 0x7b) {
+      // The first item's first key, e.g. `"metadata"` (no escape in it, at most 256 bytes).
+      const q = skipSpace(buf, first + 1);
+      const qEnd = q < buf.length ? buf.indexOf(0x22, q + 1) : -1;
+      if (qEnd < 0) {
+        if (buf.length - first > 512) this.phase = 'whole';
+        return;
+      }
+      if (buf[q] !== 0x22 || qEnd - q > 256 || buf.subarray(q, qEnd).includes(0x5c)) return void (this.phase = 'whole');
+      this.key = Buffer.from(buf.subarray(q, qEnd + 1));
+    } else if (buf[first] !== 0x5d) return void (this.phase = 'whole');
+    this.head = head;
+    this.onHead?.(buf.subarray(0, at + ITEMS.length));
+    this.kept = [];
+    this.phase = 'items';
+    this.start = first;
+    this.scan = first + 1;
+  }
+
+  /** Hands over every complete item in `buf` and drops their bytes. */
+  private cut(): void {
+    const { key } = this;
+    if (key === undefined) return;
+    const buf = this.buf;
+    for (;;) {
+      const q = buf.indexOf(key, this.scan);
+      if (q < 0) {
+        // A key cut by the chunk's end is found in the next search.
+        this.scan = Math.max(this.scan, buf.length - key.length + 1);
+        break;
+      }
+      const colon = skipSpace(buf, q + key.length);
+      if (colon >= buf.length) {
+        this.scan = q;
+        break;
+      }
+      this.scan = q + 1;
+      if (buf[colon] !== 0x3a) continue;
+      let b = q - 1;
+      while (isSpace(buf[b])) b--;
+      if (buf[b] !== 0x7b) continue;
+      const open = b--;
+      while (isSpace(buf[b])) b--;
+      if (buf[b] !== 0x2c) continue;
+      b--;
+      while (isSpace(buf[b])) b--;
+      if (buf[b] !== 0x7d || b <= this.start) continue;
+      if (this.piece(this.start, b + 1)) this.start = open;
+    }
+    if (this.start > 0) {
+      this.buf = buf.subarray(this.start);
+      this.scan -= this.start;
+      this.start = 0;
+    }
+  }
+
+  /**
+   * Parses bytes [from, to) as one item, else as a run of items (a cut
+   * missed: an item with another first key); hands them over. False when
+   * they are neither (the cut is inside an item: joined with the next).
+   */
+  private piece(from: number, to: number): boolean {
+    const text = this.buf.toString('utf8', from, to);
+    let item: unknown;
+    try {
+      item = JSON.parse(text);
+    } catch {
+      let items: unknown[];
+      try {
+        items = JSON.parse(`[${text}]`) as unknown[];
+      } catch {
+        return false;
+      }
+      for (const x of items) this.onItem(x);
+      return true;
+    }
+    this.onItem(item);
+    return true;
+  }
+}
 
 /**
  * Hands each item of the list page `bytes` to `onItem`, in order, and
@@ -45,25 +224,40 @@ const ITEMS = Buffer.from('"items"');
  * every item handed over again (handing an object over twice is harmless).
  */
 export function readListPage(bytes: Buffer, onItem: (item: unknown) => void): PageMeta {
-  const fast = itemsSpan(bytes);
-  if (fast) {
-    let ok = true;
-    for (const [from, to] of fast.pieces) {
-      let item: unknown;
-      try {
-        item = JSON.parse(bytes.toString('utf8', from, to));
-      } catch {
-        ok = false;
-        break;
-      }
-      onItem(item);
-    }
-    if (ok) return fast.meta;
+  const r = new ListReader(onItem);
+  try {
+    r.push(bytes);
+    return r.end();
+  } catch (err) {
+    if (!(err instanceof PageNotCut)) throw err;
+    return readWhole(bytes, onItem);
   }
+}
+
+/**
+ * The continue token of a list page, read from its bytes before the items
+ * (where the API server writes the list's metadata); undefined when not there.
+ */
+export function continueToken(head: Buffer): string | undefined {
+  const items = head.indexOf(ITEMS);
+  const text = items < 0 ? '' : head.toString('latin1', 0, items);
+  return /"continue"\s*:\s*"([^"\\]+)"/.exec(text)?.[1];
+}
+
+/** The page parsed whole by `JSON.parse`. */
+function readWhole(bytes: Buffer, onItem: (item: unknown) => void): PageMeta {
   const page = JSON.parse(bytes.toString('utf8')) as { metadata?: PageMeta | null; items?: unknown } | null;
   if (!page || typeof page !== 'object' || !Array.isArray(page.items)) throw new NotAList();
   for (const item of page.items) onItem(item);
   return metaOf(page);
+}
+
+/** The page outside its items, given with `"items":[]`: its metadata; throws when it is not that. */
+function restOf(text: string): PageMeta {
+  const r = JSON.parse(text) as { items?: unknown; metadata?: unknown } | null;
+  // The items must be the page's own (not some other `items` the search found).
+  if (!r || typeof r !== 'object' || !Array.isArray(r.items) || r.items.length !== 0) throw new NotAList();
+  return metaOf(r);
 }
 
 function metaOf(page: { metadata?: unknown }): PageMeta {
@@ -71,55 +265,6 @@ function metaOf(page: { metadata?: unknown }): PageMeta {
   if (!m || typeof m !== 'object') return {};
   const { resourceVersion, continue: cont } = m as Record<string, unknown>;
   return { ...(typeof resourceVersion === 'string' ? { resourceVersion } : {}), ...(typeof cont === 'string' ? { continue: cont } : {}) };
-}
-
-/**
- * Where the items of the page are, cut into pieces of one item each, and the
- * rest of the page parsed; undefined when the page does not look like the
- * API server's (then it is parsed whole).
- */
-function itemsSpan(bytes: Buffer): { meta: PageMeta; pieces: Array<[number, number]> } | undefined {
-  const at = bytes.indexOf(ITEMS);
-  if (at < 0) return undefined;
-  let open = at + ITEMS.length;
-  open = skipSpace(bytes, open);
-  if (bytes[open] !== 0x3a) return undefined;
-  open = skipSpace(bytes, open + 1);
-  if (bytes[open] !== 0x5b) return undefined;
-  const close = bytes.lastIndexOf(0x5d);
-  if (close < open) return undefined;
-  const head = bytes.toString('utf8', 0, at);
-  if (!atTopLevel(head)) return undefined;
-  let rest: unknown;
-  try {
-    rest = JSON.parse(`${head}"items":[]${bytes.toString('utf8', close + 1)}`);
-  } catch {
-    return undefined;
-  }
-  // The items must be the page's own (not some other `items` the cut found).
-  const r = rest as { items?: unknown; metadata?: unknown } | null;
-  if (!r || typeof r !== 'object' || !Array.isArray(r.items) || r.items.length !== 0) return undefined;
-  const meta = metaOf(r);
-  const first = skipSpace(bytes, open + 1);
-  if (first >= close) return { meta, pieces: [] };
-  // The first item's start up to its first key's colon, e.g. `{"metadata":`.
-  const colon = bytes.indexOf(0x3a, first);
-  if (bytes[first] !== 0x7b || colon < 0 || colon > first + 256 || colon > close) return { meta, pieces: [[first, close]] };
-  const start = bytes.subarray(first, colon + 1);
-  const sep = Buffer.concat([Buffer.from('},'), start]);
-  const pieces: Array<[number, number]> = [];
-  let from = first;
-  for (let cut = bytes.indexOf(sep, from); cut >= 0 && cut < close; cut = bytes.indexOf(sep, from)) {
-    pieces.push([from, cut + 1]);
-    from = cut + 2;
-  }
-  pieces.push([from, close]);
-  return { meta, pieces };
-}
-
-function skipSpace(bytes: Buffer, i: number): number {
-  for (let c = bytes[i]; c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09; c = bytes[++i]);
-  return i;
 }
 
 /** The text (a page's start) ends inside its top-level object, outside any string or nested value. */

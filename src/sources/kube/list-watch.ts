@@ -1,11 +1,11 @@
 /**
  * One watched resource's list/watch loop, as a supervisor {@link Member}:
  *
- * - list in pages (`limit`, `continue`): each page is parsed, handed over and
- *   dropped, so a 30 MB list is never one allocation; the next page is asked
- *   for while one is parsed (its continue token is read from the page's
- *   head); a continue token that expired (410) lists again from the start,
- *   once;
+ * - list in pages (`limit`, `continue`): each page is read item by item as
+ *   it arrives (list-page.ts), so a 30 MB list (or a server that ignores
+ *   `limit`) is never one allocation; the next page is asked for as soon as
+ *   its continue token is in (the page's head); a continue token that
+ *   expired (410) lists again from the start, once;
  * - then watch from the list's resourceVersion, with bookmarks and a
  *   server-side timeout asked for, reading the NDJSON stream line by line:
  *   ADDED/MODIFIED/DELETED are handed over, every event (BOOKMARK included)
@@ -31,8 +31,9 @@
  */
 import type { Logger } from '../../log.js';
 import { describeKubeError, qualified, stalledWatch, type Failure, type ResourceName } from './failures.js';
-import { ApiError, readLines, type ApiClient } from './http.js';
-import { NotAList, readListPage, type PageMeta } from './list-page.js';
+import type { Readable } from 'node:stream';
+import { ApiError, eachChunk, readLines, type ApiClient } from './http.js';
+import { continueToken, ListReader, NotAList, PageNotCut, type PageMeta } from './list-page.js';
 import { IdleWatchdog, idleLimitMs, type ListWatchSupervisor, type Member } from './supervisor.js';
 
 /** Objects per list page (`limit`), as client-go's reflector. */
@@ -92,16 +93,6 @@ function stub(key: string): ApiObject {
   return { metadata: { ...(namespace ? { namespace } : {}), name: key.slice(i + 1) } };
 }
 
-/**
- * The continue token of a list page, read from its text before the items
- * (where the API server writes the list's metadata); undefined when not there.
- */
-export function continueToken(page: Buffer): string | undefined {
-  const items = page.indexOf('"items"');
-  const head = items < 0 ? '' : page.toString('latin1', 0, items);
-  return /"continue"\s*:\s*"([^"\\]+)"/.exec(head)?.[1];
-}
-
 const statusOf = (err: unknown): number | undefined => (err instanceof ApiError ? err.statusCode : undefined);
 
 // A re-list's change, to apply once it is complete. Made here, not in the
@@ -146,6 +137,8 @@ export class ListWatch implements Member {
   private refused = 0;
   /** Failures in a row for quick ends or expiries (the backoff's streak: each list in between looks healthy). */
   private unstable = 0;
+  /** Pages are read whole (one did not cut into items: list-page.ts). */
+  private wholePages = false;
   /** Watches in a row that failed at once after they opened (a cut stream, a line that is not JSON). */
   private cutShort = 0;
 
@@ -210,16 +203,16 @@ export class ListWatch implements Member {
   }
 
   /**
-   * Requests one list page (its bytes). Not awaited at once when prefetched: its
-   * rejection is then handled where it is awaited.
+   * Requests one list page (its body, read as it comes). Not awaited at once
+   * when prefetched: its rejection is then handled where it is awaited.
    */
-  private page(signal: AbortSignal, cont: string | undefined): { cont: string | undefined; bytes: Promise<Buffer>; abort: () => void } {
+  private page(signal: AbortSignal, cont: string | undefined): { cont: string | undefined; body: Promise<Readable>; abort: () => void } {
     const { o } = this;
     const own = new AbortController();
     const query = { labelSelector: o.labelSelector, fieldSelector: o.fieldSelector, limit: o.pageSize ?? PAGE_SIZE, continue: cont };
-    const bytes = o.client.getBytes(o.path, query, { signal: AbortSignal.any([signal, own.signal]) });
-    bytes.catch(() => {});
-    return { cont, bytes, abort: () => own.abort() };
+    const body = o.client.get(o.path, query, { signal: AbortSignal.any([signal, own.signal]), stream: false }).then((r) => r.body);
+    body.catch(() => {});
+    return { cont, body, abort: () => own.abort() };
   }
 
   /** Lists every page; hands the changes over (see the module comment); sets the resume point. */
@@ -248,20 +241,28 @@ export class ListWatch implements Member {
       let meta: PageMeta;
       let prefetched: ReturnType<ListWatch['page']> | undefined;
       try {
-        const bytes = await next.bytes;
-        if (signal.aborted) return;
-        // The continue token comes before the items: ask for the next page while this one is parsed.
-        const early = continueToken(bytes);
-        if (early !== undefined) prefetched = this.page(signal, early);
-        meta = readListPage(bytes, onItem);
+        const body = await next.body;
+        if (signal.aborted) return void body.destroy();
+        // The continue token comes before the items: ask for the next page while this one is read.
+        const onHead = (head: Buffer): void => {
+          const early = continueToken(head);
+          if (early !== undefined) prefetched = this.page(signal, early);
+        };
+        const reader = new ListReader(onItem, onHead, this.wholePages);
+        await eachChunk(body, (chunk) => reader.push(chunk));
+        meta = reader.end();
       } catch (err) {
         prefetched?.abort();
         if (signal.aborted) return;
-        if (next.cont !== undefined && statusOf(err) === 410 && !restarted) {
-          restarted = true;
+        // A page found not to cut into items only at its end (its bytes gone): this resource's pages are read whole from now on.
+        const notCut = err instanceof PageNotCut && !this.wholePages;
+        if (notCut || (next.cont !== undefined && statusOf(err) === 410 && !restarted)) {
+          if (notCut) this.wholePages = true;
+          else restarted = true;
           changed = [];
           seen.clear();
-          o.logger.info(`list ${qualified(this)}: continue token expired (410 Gone); listing again from the start`);
+          const why = notCut ? 'a page could not be read item by item (pages read whole from now on)' : 'continue token expired (410 Gone)';
+          o.logger[notCut ? 'debug' : 'info'](`list ${qualified(this)}: ${why}; listing again from the start`);
           next = this.page(signal, undefined);
           continue;
         }

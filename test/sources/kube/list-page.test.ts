@@ -1,6 +1,6 @@
 /** A list page read one item at a time: the same items and metadata as JSON.parse of the whole page, whatever its shape. */
 import t from 'tap';
-import { NotAList, readListPage, type PageMeta } from '../../../src/sources/kube/list-page.js';
+import { ListReader, NotAList, PageNotCut, readListPage, type PageMeta } from '../../../src/sources/kube/list-page.js';
 
 /** Every item handed over (the last of each index when a page is read twice), and the metadata. */
 function read(text: string): { items: unknown[]; meta: PageMeta; handed: number } {
@@ -90,4 +90,74 @@ t.test('not JSON: JSON.parse\'s own error; not a list: NotAList', async (t) => {
     }
     t.ok(thrown instanceof NotAList, text);
   }
+});
+
+/** The page pushed in chunks of `size` bytes (a function: varying sizes) to a ListReader. */
+function stream(text: string, size: (i: number) => number): { items: unknown[]; meta: PageMeta; heads: string[]; pending: number } {
+  const items: unknown[] = [];
+  const heads: string[] = [];
+  const r = new ListReader((item) => items.push(item), (head) => heads.push(head.toString()));
+  const bytes = Buffer.from(text, 'utf8');
+  let pending = 0;
+  for (let at = 0, i = 0; at < bytes.length; i++) {
+    const n = Math.max(1, size(i));
+    r.push(bytes.subarray(at, at + n));
+    at += n;
+    pending = Math.max(pending, (r as unknown as { buf: Buffer }).buf.length);
+  }
+  return { items, meta: r.end(), heads, pending };
+}
+
+t.test('a page streamed in chunks of any size: each item once, as soon as it is complete, whatever the encoder (compact, Python, indented)', async (t) => {
+  const items = Array.from({ length: 40 }, (_, i) => slice(i, i % 3 === 0 ? { managedFields: [{ manager: 'a', apiVersion: 'v1' }, { manager: 'b', metadata: { x: 1 } }] } : {}));
+  const page = { kind: 'EndpointSliceList', metadata: { resourceVersion: '12', continue: 'next' }, items };
+  const py = (v: unknown): string => JSON.stringify(v).replace(/","/g, '", "').replace(/},{/g, '}, {').replace(/":/g, '": ');
+  const texts: Record<string, string> = {
+    compact: JSON.stringify(page),
+    python: py(page),
+    indented: JSON.stringify(page, null, 4),
+    'apiVersion first (kubectl), also first in managedFields entries': JSON.stringify({ ...page, items: items.map((x) => ({ apiVersion: 'discovery.k8s.io/v1', ...x, managedFields: [{ apiVersion: 'v1', f: 1 }, { apiVersion: 'v1', f: 2 }] })) }),
+    'one item with another first key': JSON.stringify({ ...page, items: items.map((x, i) => (i === 5 ? { kind: 'X', ...x } : x)) }),
+  };
+  for (const [name, text] of Object.entries(texts)) {
+    const want = (JSON.parse(text) as { items: unknown[] }).items;
+    for (const [how, size] of [
+      ['1 byte', () => 1],
+      ['7 bytes', () => 7],
+      ['random', (i: number) => ((i * 7919) % 3000) + 1],
+      ['whole', () => text.length * 4],
+    ] as Array<[string, (i: number) => number]>) {
+      const r = stream(text, size);
+      t.same(r.items, want, `${name}, ${how}: the items, each once`);
+      t.same(r.meta, { resourceVersion: '12', continue: 'next' }, `${name}, ${how}: metadata`);
+      t.equal(r.heads.length, 1, `${name}, ${how}: the head told once`);
+      t.match(r.heads[0], /"continue": ?"next".*"items"$/s);
+    }
+  }
+});
+
+t.test('a streamed page keeps about one item of bytes, not the page', async (t) => {
+  const items = Array.from({ length: 2000 }, (_, i) => slice(i));
+  const text = JSON.stringify({ metadata: { resourceVersion: '1' }, items });
+  const r = stream(text, () => 4096);
+  t.equal(r.items.length, 2000);
+  t.ok(r.pending < 8192, `at most ${r.pending} bytes held (the page: ${text.length})`);
+});
+
+t.test('a streamed page found wrong only at its end throws PageNotCut (read it again whole); readListPage falls back by itself', async (t) => {
+  const text = '{"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}],"metadata":{"resourceVersion":"3","x":[1]}}';
+  const r = new ListReader(() => {});
+  r.push(Buffer.from(text));
+  let thrown: unknown;
+  try {
+    r.end();
+  } catch (err) {
+    thrown = err;
+  }
+  t.ok(thrown instanceof PageNotCut, 'PageNotCut');
+  t.same(read(text).items, [{ metadata: { name: 'a' } }, { metadata: { name: 'b' } }]);
+  t.same(read(text).meta, { resourceVersion: '3' });
+  const whole = new ListReader(() => {}, undefined, true);
+  for (const c of text) whole.push(Buffer.from(c));
+  t.same(whole.end(), { resourceVersion: '3' }, 'read whole when asked');
 });

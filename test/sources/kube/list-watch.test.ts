@@ -9,7 +9,8 @@ import t, { type Test } from 'tap';
 import { credentialsFor } from '../../../src/sources/kube/auth.js';
 import { loadKubeConfig } from '../../../src/sources/kube/config.js';
 import { ApiClient } from '../../../src/sources/kube/http.js';
-import { addListWatch, continueToken, type ApiObject } from '../../../src/sources/kube/list-watch.js';
+import { addListWatch, type ApiObject } from '../../../src/sources/kube/list-watch.js';
+import { continueToken } from '../../../src/sources/kube/list-page.js';
 import { ListWatchSupervisor } from '../../../src/sources/kube/supervisor.js';
 import { fullGc } from '../../../src/memory.js';
 import { KubeApiServer } from '../../helpers/kube-api-server.js';
@@ -112,6 +113,26 @@ t.test('lists in pages with its selector, then watches from the list with bookma
   srv.update('services', service('b', { port: 81 }));
   t.same((await seenAt(7)).slice(5), ['-default/a', '+default/b']);
   t.equal(loop.size, 4);
+});
+
+t.test('a server that ignores `limit`, indents its JSON and writes it in small pieces: every object, read as it comes; one that puts an array in the metadata after the items: read again whole, once', async (t) => {
+  const srv = new KubeApiServer();
+  srv.add('services', ...names('a', 'b', 'c', 'd', 'e'));
+  srv.listQuirks = { ignoreLimit: true, indented: true, pieceBytes: 37 };
+  const { sink, log, seenAt } = await servicesLoop(t, srv, { pageSize: 2 });
+  await within(sink.waitForStatus((s) => s.connected && s.synced), 'synced');
+  t.same(await seenAt(5), ['+default/a', '+default/b', '+default/c', '+default/d', '+default/e']);
+  t.equal(srv.requests.filter((r) => !r.watch).length, 1, 'one list request: the whole list in one body');
+  t.same(log.matching(/pages read whole/), []);
+
+  const srv2 = new KubeApiServer();
+  srv2.add('services', ...names('a', 'b'));
+  srv2.listQuirks = { metadataLast: true, pieceBytes: 16 };
+  const two = await servicesLoop(t, srv2);
+  await within(two.sink.waitForStatus((s) => s.connected && s.synced), 'synced');
+  t.same((await two.seenAt(2)).slice(-2), ['+default/a', '+default/b']);
+  t.equal(srv2.requests.filter((r) => !r.watch).length, 2, 'listed again, once');
+  t.match(two.log.matching(/pages read whole/), [/debug: list services: a page could not be read item by item \(pages read whole from now on\); listing again from the start$/]);
 });
 
 t.test('a continue token that expired: listed again from the start, once, and said', async (t) => {
