@@ -9,70 +9,40 @@ import type { KubeService } from '../../src/convert/kube-objects.js';
 import { isServiceSelected } from '../../src/convert/service.js';
 import { convert, nd, svcHead } from '../helpers/convert.js';
 
-t.test('Service: defaults of a hand-written manifest (namespace, type, protocol, targetPort)', async (t) => {
-  t.equal(
-    convert(`
+/** A hand-written Service `plain` at 10.96.0.5 with these ports (YAML flow list), converted; and the line expected for `Ports`. */
+const plain = (ports: string): string => convert(`
 apiVersion: v1
 kind: Service
 metadata: {name: plain}
 spec:
   clusterIP: 10.96.0.5
-  ports: [{port: 80}]
-`),
-    nd({ Service: { ...svcHead('plain'), IPs: { ClusterIPs: { V4: ['10.96.0.5'] }, ExternalIPs: {} }, Ports: [{ Protocol: 1, Port: 80, TargetPort: 80 }], SessionAffinity: null }, Endpoints: null }),
-  );
+  ports: ${ports}
+`);
+const plainLine = (Ports: unknown[]): string => nd({ Service: { ...svcHead('plain'), IPs: { ClusterIPs: { V4: ['10.96.0.5'] }, ExternalIPs: {} }, Ports, SessionAffinity: null }, Endpoints: null });
+
+t.test('Service: defaults of a hand-written manifest (namespace, type, protocol, targetPort)', async (t) => {
+  t.equal(plain('[{port: 80}]'), plainLine([{ Protocol: 1, Port: 80, TargetPort: 80 }]));
 });
 
 t.test('Service: targetPort 0, "" and null default to the port, as the API server defaults them (SetDefaults_Service)', async (t) => {
   t.equal(
-    convert(`
-apiVersion: v1
-kind: Service
-metadata: {name: plain}
-spec:
-  clusterIP: 10.96.0.5
-  ports: [{name: a, port: 80, targetPort: 0}, {name: b, port: 81, targetPort: ""}, {name: c, port: 82, targetPort: null}]
-`),
-    nd({
-      Service: {
-        ...svcHead('plain'),
-        IPs: { ClusterIPs: { V4: ['10.96.0.5'] }, ExternalIPs: {} },
-        Ports: [
-          { Name: 'a', Protocol: 1, Port: 80, TargetPort: 80 },
-          { Name: 'b', Protocol: 1, Port: 81, TargetPort: 81 },
-          { Name: 'c', Protocol: 1, Port: 82, TargetPort: 82 },
-        ],
-        SessionAffinity: null,
-      },
-      Endpoints: null,
-    }),
+    plain('[{name: a, port: 80, targetPort: 0}, {name: b, port: 81, targetPort: ""}, {name: c, port: 82, targetPort: null}]'),
+    plainLine([
+      { Name: 'a', Protocol: 1, Port: 80, TargetPort: 80 },
+      { Name: 'b', Protocol: 1, Port: 81, TargetPort: 81 },
+      { Name: 'c', Protocol: 1, Port: 82, TargetPort: 82 },
+    ]),
   );
 });
 
-t.test('Service: a protocol named like an Object property (constructor, toString, __proto__) is unknown (0), as Go\'s ParseProtocol', async (t) => {
-  const out = convert(`
-apiVersion: v1
-kind: Service
-metadata: {name: plain}
-spec:
-  clusterIP: 10.96.0.5
-  ports: [{name: a, port: 80, protocol: constructor}, {name: b, port: 81, protocol: toString}, {name: c, port: 82, protocol: __proto__}]
-`);
+t.test("Service: a protocol named like an Object property (constructor, toString, __proto__) is unknown (0), as Go's ParseProtocol", async (t) => {
   t.equal(
-    out,
-    nd({
-      Service: {
-        ...svcHead('plain'),
-        IPs: { ClusterIPs: { V4: ['10.96.0.5'] }, ExternalIPs: {} },
-        Ports: [
-          { Name: 'a', Port: 80, TargetPort: 80 },
-          { Name: 'b', Port: 81, TargetPort: 81 },
-          { Name: 'c', Port: 82, TargetPort: 82 },
-        ],
-        SessionAffinity: null,
-      },
-      Endpoints: null,
-    }),
+    plain('[{name: a, port: 80, protocol: constructor}, {name: b, port: 81, protocol: toString}, {name: c, port: 82, protocol: __proto__}]'),
+    plainLine([
+      { Name: 'a', Port: 80, TargetPort: 80 },
+      { Name: 'b', Port: 81, TargetPort: 81 },
+      { Name: 'c', Port: 82, TargetPort: 82 },
+    ]),
   );
 });
 
