@@ -81,16 +81,16 @@ export interface KpngSourceOptions {
 /**
  * Whether grpc-js may send `api` through a proxy, as grpc-go would: not a
  * Unix socket, `localhost` or a loopback address (Go's
- * http.ProxyFromEnvironment never proxies them), and only with
- * `https_proxy`/`HTTPS_PROXY` (or grpc-js's own `grpc_proxy`) set: grpc-go
- * looks the proxy up for an https URL, so `http_proxy` alone, which grpc-js
- * would use, is not a proxy for it.
+ * http.ProxyFromEnvironment never proxies them), and only with `https_proxy`
+ * (or grpc-js's own `grpc_proxy`) set: grpc-go looks the proxy up for an
+ * https URL, so `http_proxy` alone, which grpc-js would use, is not a proxy
+ * for it. grpc-js reads lower-case names only (`no_proxy` too).
  */
 export function mayProxy(api: string, env: NodeJS.ProcessEnv): boolean {
-  if (!env.grpc_proxy && !env.https_proxy && !env.HTTPS_PROXY) return false;
+  if (!env.grpc_proxy && !env.https_proxy) return false;
   if (api.startsWith('unix')) return false;
   const host = api
-    .replace(/^dns:(\/\/[^/]*\/)?/, '')
+    .replace(/^(dns:(\/\/[^/]*\/)?|ipv4:|ipv6:)/, '')
     .replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1').toLowerCase();
   return !(host === 'localhost' || host.endsWith('.localhost') || host === '::1' || /^127\./.test(host) || /^::ffff:127\./.test(host));
 }
@@ -286,13 +286,16 @@ export function createKpngSource(options: KpngSourceOptions): Source {
 
           const silent = setTimeout(() => {
             if (settled || synced) return;
-            if (connected) {
+            const channel = client.getChannel().getConnectivityState(false);
+            // A grpc-go server (kpng) sends no response headers before its first message: a
+            // READY channel is as far as "connected" goes while kpng has nothing to send.
+            if (connected || channel === grpc.connectivityState.READY) {
               // kpng's server sends its first state only once it has synced with the Kubernetes API,
               // and none while no Service is selected for this node (an empty diff is never sent).
               log.info(`connected to ${api}, no state within ${formatDelay(noAnswerMs)}: kpng sends one once it has synced with the Kubernetes API and has a Service for this node; still waiting`);
               return;
             }
-            const state = grpc.connectivityState[client.getChannel().getConnectivityState(false)] ?? 'unknown';
+            const state = grpc.connectivityState[channel] ?? 'unknown';
             const reason = `no answer from ${api} within ${formatDelay(noAnswerMs)} (channel ${state}); still waiting`;
             repeats.log(log, 'warn', reason, undefined, reason);
             status({ connected: false, synced: false, reconnects, error: reason });

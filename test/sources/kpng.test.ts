@@ -429,6 +429,13 @@ t.test('connected but no state (kpng sends none before it has synced with Kubern
   t.equal(h.sink.states.length, 0);
 });
 
+t.test('connected, nothing sent at all (a grpc-go server sends no headers before its first message, as kpng before it has synced): said at info, not as no answer', async (t) => {
+  const h = await start(t, [[{ op: 'stall' }]], { noAnswerMs: 200 });
+  await pollUntil(() => h.log.lines.some((l) => /no state within|no answer/.test(l)), () => `a line; log: ${h.log.lines.slice(-5).join(' | ')}`, 8000, 10);
+  t.match(h.log.matching(/no state within|no answer/), [/^kpng-callout info: connected to 127\.0\.0\.1:\d+, no state within 200ms: /]);
+  t.same(h.log.matching(/warn/), []);
+});
+
 t.test("grpc-js's own log lines are ours, at debug, one line each (not raw 'E ...' lines on stderr: --log-format json stays JSON)", async (t) => {
   // A proxy that refuses (loopback port 9), for a target that is not loopback: grpc-js logs its failure to
   // reach it. No other proxy variable may send it elsewhere (nothing goes to 192.0.2.1 itself; with
@@ -452,11 +459,11 @@ t.test('which --api grpc-js may send through a proxy: as grpc-go (https_proxy, n
   const remote = '192.0.2.1:12090';
   t.equal(mayProxy(remote, { http_proxy: 'http://p:3128' }), false, 'http_proxy alone: no (grpc-go looks a proxy up for an https URL)');
   t.equal(mayProxy(remote, { https_proxy: 'http://p:3128' }), true);
-  t.equal(mayProxy(remote, { HTTPS_PROXY: 'http://p:3128' }), true);
+  t.equal(mayProxy(remote, { HTTPS_PROXY: 'http://p:3128' }), false, 'grpc-js reads lower-case names only: no proxy for it, so none');
   t.equal(mayProxy(remote, { grpc_proxy: 'http://p:3128' }), true, "grpc-js's own variable, set on purpose");
   t.equal(mayProxy(remote, {}), false);
   t.equal(mayProxy(`dns:///${remote}`, { https_proxy: 'http://p:3128' }), true);
-  for (const local of ['127.0.0.1:1', 'localhost:1', 'kpng.localhost:1', '[::1]:1', 'unix:///run/kpng.sock', 'unix:/run/kpng.sock', 'unix-abstract:kpng', 'dns:///127.0.0.1:1', 'dns:///localhost:1']) {
+  for (const local of ['127.0.0.1:1', 'localhost:1', 'kpng.localhost:1', '[::1]:1', 'unix:///run/kpng.sock', 'unix:/run/kpng.sock', 'unix-abstract:kpng', 'dns:///127.0.0.1:1', 'dns:///localhost:1', 'ipv4:127.0.0.1:1', 'ipv6:[::1]:1']) {
     t.equal(mayProxy(local, { https_proxy: 'http://p:3128' }), false, local);
   }
 });

@@ -64,8 +64,10 @@ function skipSpace(bytes: Buffer, i: number): number {
  * are kept and parsed at the end (see {@link readListPage}).
  */
 export class ListReader {
-  /** Bytes not yet consumed: the head, then from the current item's start. */
+  /** Bytes not yet consumed: the head, then from the current item's start (a view of `store`). */
   private buf: Buffer = Buffer.alloc(0);
+  /** Where `buf` lives, grown by doubling: appending a chunk copies the chunk, not every byte kept. */
+  private store: Buffer = Buffer.alloc(0);
   private phase: 'head' | 'items' | 'whole';
   /** Every chunk, while they may still be needed whole. */
   private kept: Buffer[] = [];
@@ -75,6 +77,16 @@ export class ListReader {
   /** Offsets in `buf`: the current item's `{`, and where the next search for a cut starts. */
   private start = 0;
   private scan = 0;
+  /**
+   * Once a cut failed to parse (it was inside the current item), each next cut is first checked by
+   * counting brackets from the item's start: where the next byte to count is (-1: not counting),
+   * the depth, inside a string, after a backslash. Without it, an item holding many objects that
+   * begin like an item would be parsed again from its start at each: quadratic.
+   */
+  private counted = -1;
+  private depth = 0;
+  private inString = false;
+  private escaped = false;
 
   /** `onHead` gets the page's bytes up to its `"items"` (its continue token: {@link continueToken}) as soon as they are in. */
   constructor(
@@ -90,12 +102,28 @@ export class ListReader {
       this.kept.push(chunk);
       return;
     }
-    this.buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
+    this.append(chunk);
     if (this.phase === 'head') {
       this.kept.push(chunk);
       this.begin();
     }
     if (this.phase === 'items') this.cut();
+  }
+
+  /** Adds `chunk` after `buf` (amortized: a long item or a page that does not cut is not copied again at every chunk). */
+  private append(chunk: Buffer): void {
+    const n = this.buf.length;
+    if (n === 0) {
+      this.buf = chunk;
+      return;
+    }
+    if (this.buf.buffer !== this.store.buffer || this.buf.byteOffset !== this.store.byteOffset || n + chunk.length > this.store.length) {
+      const store = Buffer.allocUnsafe(Math.max(2 * (n + chunk.length), 64 * 1024));
+      this.buf.copy(store, 0);
+      this.store = store;
+    }
+    chunk.copy(this.store, n);
+    this.buf = this.store.subarray(0, n + chunk.length);
   }
 
   /** The page's metadata, once every chunk was pushed. */
@@ -147,7 +175,7 @@ export class ListReader {
       this.key = Buffer.from(buf.subarray(q, qEnd + 1));
     } else if (buf[first] !== 0x5d) return void (this.phase = 'whole');
     this.head = head;
-    this.onHead?.(buf.subarray(0, at + ITEMS.length));
+    this.onHead?.(Buffer.from(buf.subarray(0, at + ITEMS.length)));
     this.kept = [];
     this.phase = 'items';
     this.start = first;
@@ -182,13 +210,45 @@ export class ListReader {
       b--;
       while (isSpace(buf[b])) b--;
       if (buf[b] !== 0x7d || b <= this.start) continue;
-      if (this.piece(this.start, b + 1)) this.start = open;
+      if (this.counted >= 0 && !this.closesAt(b)) continue;
+      if (this.piece(this.start, b + 1)) {
+        this.start = open;
+        this.counted = -1;
+      } else if (this.counted < 0) {
+        this.counted = this.start;
+        this.depth = 0;
+        this.inString = this.escaped = false;
+        this.closesAt(b);
+      }
     }
     if (this.start > 0) {
-      this.buf = buf.subarray(this.start);
+      if (this.counted >= 0) this.counted -= this.start;
+      // What is left (part of one item) moves to the start of the store, which stays for what comes.
+      if (buf.buffer === this.store.buffer && buf.byteOffset === this.store.byteOffset) {
+        buf.copyWithin(0, this.start);
+        this.buf = this.store.subarray(0, buf.length - this.start);
+      } else this.buf = buf.subarray(this.start);
       this.scan -= this.start;
       this.start = 0;
     }
+  }
+
+  /** Counts brackets up to `b` (included): whether every value begun since the item's start is closed there. */
+  private closesAt(b: number): boolean {
+    const buf = this.buf;
+    let { depth, inString, escaped } = this;
+    for (let i = this.counted; i <= b; i++) {
+      const c = buf[i];
+      if (inString) {
+        if (escaped) escaped = false;
+        else if (c === 0x5c) escaped = true;
+        else if (c === 0x22) inString = false;
+      } else if (c === 0x22) inString = true;
+      else if (c === 0x7b || c === 0x5b) depth++;
+      else if (c === 0x7d || c === 0x5d) depth--;
+    }
+    Object.assign(this, { depth, inString, escaped, counted: b + 1 });
+    return depth === 0 && !inString;
   }
 
   /**

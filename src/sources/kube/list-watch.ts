@@ -29,9 +29,9 @@
  * key and resourceVersion are kept (to tell a re-list's deletions and
  * unchanged objects); the objects go to `onObject` as parsed JSON.
  */
+import { PassThrough, pipeline, type Readable } from 'node:stream';
 import type { Logger } from '../../log.js';
 import { describeKubeError, qualified, stalledWatch, type Failure, type ResourceName } from './failures.js';
-import type { Readable } from 'node:stream';
 import { ApiError, eachChunk, readLines, type ApiClient } from './http.js';
 import { continueToken, ListReader, NotAList, PageNotCut, type PageMeta } from './list-page.js';
 import { IdleWatchdog, idleLimitMs, type ListWatchSupervisor, type Member } from './supervisor.js';
@@ -206,11 +206,14 @@ export class ListWatch implements Member {
    * Requests one list page (its body, read as it comes). Not awaited at once
    * when prefetched: its rejection is then handled where it is awaited.
    */
-  private page(signal: AbortSignal, cont: string | undefined): { cont: string | undefined; body: Promise<Readable>; abort: () => void } {
+  private page(signal: AbortSignal, cont: string | undefined, prefetch = false): { cont: string | undefined; body: Promise<Readable>; abort: () => void } {
     const { o } = this;
     const own = new AbortController();
     const query = { labelSelector: o.labelSelector, fieldSelector: o.fieldSelector, limit: o.pageSize ?? PAGE_SIZE, continue: cont };
-    const body = o.client.get(o.path, query, { signal: AbortSignal.any([signal, own.signal]), stream: false }).then((r) => r.body);
+    // A prefetched page (`limit` objects) is read into memory as it comes (up to 256 MiB): left unread while
+    // the page before it is read, its connection would fall silent past the request timeout and be cut.
+    const got = o.client.get(o.path, query, { signal: AbortSignal.any([signal, own.signal]), stream: false });
+    const body = got.then((r) => (prefetch ? pipeline(r.body, new PassThrough({ highWaterMark: 256 << 20 }), () => {}) : r.body));
     body.catch(() => {});
     return { cont, body, abort: () => own.abort() };
   }
@@ -246,7 +249,7 @@ export class ListWatch implements Member {
         // The continue token comes before the items: ask for the next page while this one is read.
         const onHead = (head: Buffer): void => {
           const early = continueToken(head);
-          if (early !== undefined) prefetched = this.page(signal, early);
+          if (early !== undefined) prefetched = this.page(signal, early, true);
         };
         const reader = new ListReader(onItem, onHead, this.wholePages);
         await eachChunk(body, (chunk) => reader.push(chunk));

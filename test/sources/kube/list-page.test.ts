@@ -161,3 +161,30 @@ t.test('a streamed page found wrong only at its end throws PageNotCut (read it a
   for (const c of text) whole.push(Buffer.from(c));
   t.same(whole.end(), { resourceVersion: '3' }, 'read whole when asked');
 });
+
+t.test('adversarial pages stay linear: an item full of objects that begin like an item, a page that never cuts', async (t) => {
+  // 20,000 nested objects whose first key is the items' first key: each looks like a cut.
+  const inner = Array.from({ length: 20_000 }, (_, i) => ({ metadata: i }));
+  const nested = JSON.stringify({ metadata: {}, items: [{ metadata: {}, x: inner }, { metadata: {} }] });
+  const parse = JSON.parse;
+  let parses = 0;
+  JSON.parse = ((text: string, reviver?: Parameters<typeof parse>[1]) => {
+    parses++;
+    return parse(text, reviver);
+  }) as typeof JSON.parse;
+  let r;
+  try {
+    r = stream(nested, () => 65536);
+  } finally {
+    JSON.parse = parse;
+  }
+  t.equal(r.items.length, 2);
+  t.ok(parses < 100, `the item is not parsed again at each nested object (${parses} parses)`);
+  // Only the first item begins with `kind`: no cut until the end; 16 MB in 1 KB chunks.
+  const items = Array.from({ length: 60_000 }, (_, i) => slice(i));
+  items[0] = { kind: 'EndpointSlice', ...items[0] };
+  const never = JSON.stringify({ metadata: { resourceVersion: '1' }, items });
+  const t0 = Date.now();
+  t.equal(stream(never, () => 1024).items.length, 60_000);
+  t.ok(Date.now() - t0 < 3000, `bytes not copied again at every chunk (${Date.now() - t0} ms for ${never.length} bytes)`);
+});
