@@ -24,6 +24,7 @@ import { tempDir, untilExit } from './files.js';
 import { kubeconfigText, parseFieldSelector, parseLabelSelector, resources, status, type HistoryEvent, type KObject, type RequestRecord, type Resource, type Selector, type Watcher } from './kube-api-objects.js';
 import { KubeObjectStore } from './kube-api-store.js';
 import { ListPages } from './kube-api-lists.js';
+import { eachChunk, type ApiClient } from '../../src/sources/kube/http.js';
 
 export { kubeconfigText, parseLabelSelector, type KObject, type RequestRecord, type Resource };
 
@@ -414,4 +415,12 @@ export class KubeApiServer {
     res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' });
     res.end(gzipSync(JSON.stringify(body)));
   }
+}
+
+/** GET a list page through `client`, its body read whole, as bytes (what the source reads with a ListReader). */
+export async function listBytes(client: ApiClient, path: string, query: Record<string, string | number | undefined>, o: { signal: AbortSignal }): Promise<Buffer> {
+  const { body } = await client.get(path, query, { ...o, stream: false });
+  const chunks: Buffer[] = [];
+  await eachChunk(body, (c) => chunks.push(c));
+  return Buffer.concat(chunks);
 }

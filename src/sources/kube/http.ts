@@ -107,14 +107,6 @@ export class ApiClient {
     }
   }
 
-  /** GET a list page: its body read whole, as bytes. */
-  async getBytes(path: string, query: Record<string, string | number | undefined>, o: { signal: AbortSignal }): Promise<Buffer> {
-    const { body } = await this.get(path, query, { ...o, stream: false });
-    const chunks: Buffer[] = [];
-    await eachChunk(body, (c) => chunks.push(c));
-    return Buffer.concat(chunks);
-  }
-
   /**
    * {@link request}, made once more when it failed on a kept-alive connection
    * the server had closed meanwhile (ECONNRESET/EPIPE before any answer on a

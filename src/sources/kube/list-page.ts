@@ -61,7 +61,7 @@ function skipSpace(bytes: Buffer, i: number): number {
  * Reads one list page pushed in chunks (`push`), handing each item to
  * `onItem` as soon as it is complete; `end` returns the page's metadata.
  * With `whole`, or for a page not shaped like the API server's, the bytes
- * are kept and parsed at the end (see {@link readListPage}).
+ * are kept and parsed at the end by `JSON.parse`.
  */
 export class ListReader {
   /** Bytes not yet consumed: the head, then from the current item's start (a view of `store`). */
@@ -273,24 +273,6 @@ export class ListReader {
     }
     this.onItem(item);
     return true;
-  }
-}
-
-/**
- * Hands each item of the list page `bytes` to `onItem`, in order, and
- * returns the page's metadata. Throws JSON.parse's SyntaxError when the page
- * is not JSON, {@link NotAList} when it has no `items` array. Should a cut
- * turn out wrong after items were handed over, the whole page is parsed and
- * every item handed over again (handing an object over twice is harmless).
- */
-export function readListPage(bytes: Buffer, onItem: (item: unknown) => void): PageMeta {
-  const r = new ListReader(onItem);
-  try {
-    r.push(bytes);
-    return r.end();
-  } catch (err) {
-    if (!(err instanceof PageNotCut)) throw err;
-    return readWhole(bytes, onItem);
   }
 }
 

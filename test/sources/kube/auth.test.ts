@@ -14,7 +14,7 @@ import { loadKubeConfig } from '../../../src/sources/kube/config.js';
 import { ApiClient, type ApiError } from '../../../src/sources/kube/http.js';
 import { makeCerts, opensslMissing, type TestCerts } from '../../helpers/certs.js';
 import { shScript, tempDir } from '../../helpers/files.js';
-import { KubeApiServer } from '../../helpers/kube-api-server.js';
+import { KubeApiServer, listBytes } from '../../helpers/kube-api-server.js';
 import { service } from '../../helpers/kube-objects.js';
 
 const dir = tempDir(t, 'kube-auth-');
@@ -38,7 +38,7 @@ async function listThrough(t: Test, srv: KubeApiServer, file: string): Promise<s
   const client = new ApiClient({ server: srv.url, credentials: credentialsOf(file) });
   t.teardown(() => client.close());
   try {
-    const page = JSON.parse((await client.getBytes('/api/v1/services', {}, list)).toString()) as { items: Array<{ metadata: { name: string } }> };
+    const page = JSON.parse((await listBytes(client, '/api/v1/services', {}, list)).toString()) as { items: Array<{ metadata: { name: string } }> };
     return page.items.map((i) => i.metadata.name);
   } catch (err) {
     return err as Error;
@@ -94,12 +94,12 @@ t.test('an exec plugin: its token used and cached until it expires; run again af
   const runs = (): number => readFileSync(join(d, 'runs'), 'utf8').split('\n').filter(Boolean).length;
   const client = new ApiClient({ server: srv.url, credentials: credentialsOf(file) });
   t.teardown(() => client.close());
-  await client.getBytes('/api/v1/services', {}, list);
-  await client.getBytes('/api/v1/services', {}, list);
+  await listBytes(client, '/api/v1/services', {}, list);
+  await listBytes(client, '/api/v1/services', {}, list);
   t.equal(runs(), 1, 'cached until its expirationTimestamp');
   writeFileSync(join(d, 'token'), 'exec-2');
   srv.setToken('exec-2');
-  await client.getBytes('/api/v1/services', {}, list);
+  await listBytes(client, '/api/v1/services', {}, list);
   t.equal(runs(), 2, 'run again after the 401');
   t.same(
     srv.requests.map((r) => r.status),

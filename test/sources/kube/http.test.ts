@@ -17,7 +17,7 @@ import { loadKubeConfig } from '../../../src/sources/kube/config.js';
 import { NO_ANSWER } from '../../../src/sources/kube/failures.js';
 import { ApiClient, ApiError, readLines } from '../../../src/sources/kube/http.js';
 import { tempDir } from '../../helpers/files.js';
-import { KubeApiServer } from '../../helpers/kube-api-server.js';
+import { KubeApiServer, listBytes } from '../../helpers/kube-api-server.js';
 import { service } from '../../helpers/kube-objects.js';
 import { within } from '../../helpers/wait.js';
 
@@ -43,7 +43,7 @@ t.test('a list page as text; requests share one kept-alive connection', async (t
   srv.add('services', service('web'), service('api'));
   const client = await clientOf(t, srv);
   for (let i = 0; i < 3; i++) {
-    const page = JSON.parse((await client.getBytes('/api/v1/services', { limit: 1, labelSelector: 'a!=b', continue: undefined }, list)).toString()) as { items: unknown[] };
+    const page = JSON.parse((await listBytes(client, '/api/v1/services', { limit: 1, labelSelector: 'a!=b', continue: undefined }, list)).toString()) as { items: unknown[] };
     t.equal(page.items.length, 1);
   }
   t.same(srv.requests.at(-1)?.query, { limit: '1', labelSelector: 'a!=b' }, 'undefined values left out');
@@ -55,7 +55,7 @@ t.test('lists are asked for compressed, and read whole when they are', async (t)
   srv.gzipLists = true;
   srv.add('services', service('web'));
   const client = await clientOf(t, srv);
-  const page = JSON.parse((await client.getBytes('/api/v1/services', {}, list)).toString()) as { items: Array<{ metadata: { name: string } }> };
+  const page = JSON.parse((await listBytes(client, '/api/v1/services', {}, list)).toString()) as { items: Array<{ metadata: { name: string } }> };
   t.equal(page.items[0]?.metadata.name, 'web');
 });
 
@@ -63,7 +63,7 @@ t.test('a status other than 200: ApiError with the status and the server\'s Stat
   const srv = await served(t);
   srv.forbid('services', 'list');
   const client = await clientOf(t, srv);
-  const err = (await client.getBytes('/api/v1/services', {}, list).catch((e: unknown) => e)) as ApiError;
+  const err = (await listBytes(client, '/api/v1/services', {}, list).catch((e: unknown) => e)) as ApiError;
   t.type(err, ApiError);
   t.equal(err.statusCode, 403);
   t.match(JSON.parse(err.body), { kind: 'Status', code: 403, message: /cannot list resource "services"/ });
@@ -85,13 +85,13 @@ t.test('a 401: the credentials are refreshed and the request made once more', as
   };
   const client = new ApiClient({ server: srv.url, credentials: Promise.resolve(credentials) });
   t.teardown(() => client.close());
-  await client.getBytes('/api/v1/services', {}, list);
+  await listBytes(client, '/api/v1/services', {}, list);
   t.equal(refreshes, 0);
   srv.setToken('new');
-  await client.getBytes('/api/v1/services', {}, list);
+  await listBytes(client, '/api/v1/services', {}, list);
   t.equal(refreshes, 1, 'refreshed once, and the retry went through');
   srv.setToken('newer');
-  const err = (await client.getBytes('/api/v1/services', {}, list).catch((e: unknown) => e)) as ApiError;
+  const err = (await listBytes(client, '/api/v1/services', {}, list).catch((e: unknown) => e)) as ApiError;
   t.equal(err.statusCode, 401, 'still 401 after the retry: the error');
   t.equal(refreshes, 2, 'one refresh per request');
 });
@@ -112,11 +112,11 @@ t.test('a rotated token file: the 401 makes it read again at once', async (t) =>
   const srv = await served(t, new KubeApiServer({ token: 'one' }));
   const { dir, kubeconfig } = tokenFileConfig(t, srv.url, 'token-file', 'one');
   const client = await clientOf(t, srv, kubeconfig);
-  await client.getBytes('/api/v1/services', {}, list);
+  await listBytes(client, '/api/v1/services', {}, list);
   // The token is cached for a minute; a rotation shows as a 401 first.
   writeFileSync(join(dir, 'token'), 'two');
   srv.setToken('two');
-  await client.getBytes('/api/v1/services', {}, list);
+  await listBytes(client, '/api/v1/services', {}, list);
   t.same(
     srv.requests.map((r) => r.status),
     [200, 401, 200],
@@ -127,7 +127,7 @@ t.test("kubectl's tokenFile key, and a token file ending with a newline (trimmed
   const srv = await served(t, new KubeApiServer({ token: 'sekret' }));
   const { kubeconfig } = tokenFileConfig(t, srv.url, 'tokenFile', 'sekret\n');
   const client = await clientOf(t, srv, kubeconfig);
-  await client.getBytes('/api/v1/services', {}, list);
+  await listBytes(client, '/api/v1/services', {}, list);
   t.same(
     srv.requests.map((r) => r.status),
     [200],
@@ -146,7 +146,7 @@ t.test('connected, no answer within the request timeout: NO_ANSWER (not a networ
   const credentials: Credentials = { via: 'built-in', forRequest: async () => ({ headers: {}, tls: {} }), refresh: () => false };
   const client = new ApiClient({ server: url, credentials: Promise.resolve(credentials), requestTimeoutMs: 200 });
   t.teardown(() => client.close());
-  const err = (await within(client.getBytes('/api/v1/services', {}, list).catch((e: unknown) => e), 'the timeout')) as NodeJS.ErrnoException;
+  const err = (await within(listBytes(client, '/api/v1/services', {}, list).catch((e: unknown) => e), 'the timeout')) as NodeJS.ErrnoException;
   t.equal(err.code, NO_ANSWER);
   t.match(err.message, /accepted the connection but sent no answer in 0\.2 s/);
 });
@@ -207,7 +207,7 @@ t.test('the server URL: a path prefix is kept; one that is no http(s) URL fails 
   const credentials: Credentials = { via: 'built-in', forRequest: async () => ({ headers: {}, tls: {} }), refresh: () => false };
   const prefixed = new ApiClient({ server: `${srv.url}/k8s/clusters/c-1`, credentials: Promise.resolve(credentials) });
   t.teardown(() => prefixed.close());
-  t.match(await prefixed.getBytes('/api/v1/services', {}, list).catch((e: unknown) => e), { statusCode: 404 });
+  t.match(await listBytes(prefixed, '/api/v1/services', {}, list).catch((e: unknown) => e), { statusCode: 404 });
   t.equal(srv.requests.at(-1)?.path, '/k8s/clusters/c-1/api/v1/services');
   const bad: Array<[string, string]> = [
     ['ftp://192.0.2.1', 'the server ftp://192.0.2.1 is not an http:// or https:// URL'],
@@ -215,7 +215,7 @@ t.test('the server URL: a path prefix is kept; one that is no http(s) URL fails 
   ];
   for (const [server, why] of bad) {
     const client = new ApiClient({ server, credentials: Promise.resolve(credentials) });
-    await t.rejects(client.getBytes('/api/v1/services', {}, list), { message: why });
+    await t.rejects(listBytes(client, '/api/v1/services', {}, list), { message: why });
     client.close();
   }
 });
@@ -238,7 +238,7 @@ t.test('a kept-alive connection the server closed after its answer (no Connectio
   const client = new ApiClient({ server: `http://127.0.0.1:${port}`, credentials });
   t.teardown(() => client.close());
   for (let i = 0; i < 4; i++) {
-    const body = await client.getBytes('/api/v1/services', {}, { signal });
+    const body = await listBytes(client, '/api/v1/services', {}, { signal });
     t.equal(body.toString(), '{"items":[]}', `request ${i + 1}`);
   }
   t.equal(connections, 4, 'one connection per request');
