@@ -138,8 +138,8 @@ export class Planner {
     this.indexed = now;
 
     const listeners = new Map();
-    const used = [];
-    const usedSet = new Set();
+    // The backends some listener of this plan uses, in the order they are first used (a Set keeps it).
+    const used = new Set();
     for (const svc of services) {
       for (const { l, b } of this.piece(svc).claims) {
         const have = listeners.get(l.key);
@@ -148,10 +148,7 @@ export class Planner {
           continue;
         }
         listeners.set(l.key, l);
-        if (!usedSet.has(b)) {
-          usedSet.add(b);
-          used.push(b);
-        }
+        used.add(b);
       }
     }
     // Listeners copied for this frame (a piece's are never changed).
