@@ -166,10 +166,13 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   const onStdoutError = (err: NodeJS.ErrnoException): void => {
     if (stdoutClosed) return;
     stdoutClosed = true;
-    if (err.code !== 'EPIPE' && err.code !== 'ERR_STREAM_DESTROYED') {
+    if (err.code !== 'EPIPE' && err.code !== 'ECONNRESET' && err.code !== 'ERR_STREAM_DESTROYED') {
       // Output was lost (a full disk, EIO): a failure, unlike a reader that left.
       log.error(`stdout: ${err.message}; stopping`);
       stdoutFailed = true;
+    } else if (tool === 'kpng-callout') {
+      // A daemon that stops is news (its callout is killed next): say why. A filter (kpng-json) stops quietly.
+      log.info('stdout closed by its reader: stopping');
     } else log.debug('stdout closed by its reader: stopping');
     runner?.kill();
     ac.abort();

@@ -213,6 +213,14 @@ t.test('a stdout whose reader went away (EPIPE) stops the pipeline quietly, stat
   const p3 = start('kpng-callout', src3, { stdout: collector('EPIPE'), runner: runnerFlags('/bin/cat') });
   void (await src3.started).sink.push(state('a'));
   t.equal(await within(p3.status, 'the pipeline to stop'), 0);
+  t.same(p3.log.matching(/ info: stdout closed by its reader: stopping/).length, 1, 'a daemon says why it stops');
+
+  // A socket as stdout (inetd, socat, systemd's StandardOutput=socket): a reader that closed resets it.
+  const src4 = manualSource();
+  const p4 = start('kpng-json', src4, { stdout: collector('ECONNRESET') });
+  void (await src4.started).sink.push(state('a'));
+  t.equal(await within(p4.status, 'the pipeline to stop'), 0);
+  t.same(p4.log.matching(/ (warn|error): /), [], 'ECONNRESET is a reader that went away too');
 });
 
 t.test('kpng-json, a reader slower than a live source or replay --watch: the states meanwhile coalesce into the newest, nothing queues', async (t) => {

@@ -95,6 +95,12 @@ function flatten(entries: readonly Entry[], file: string): Entry[] {
       });
       return;
     }
+    // `kubectl get -o yaml` prints `kind: List` after the items: a dump cut short (a kubectl that died, a
+    // closed pipe) has items and no kind. Read as "not a state", it would be the empty state, whose run
+    // deletes every rule: refuse it.
+    if (v && typeof v === 'object' && !Array.isArray(v) && !('kind' in v) && Array.isArray(v.items)) {
+      throw inputError(file, e.locate([]), 'a document with items but no kind: a List cut short? (kubectl prints kind: List after its items); give the whole dump');
+    }
     flat.push(e);
   };
   for (const e of entries) add(e, true);

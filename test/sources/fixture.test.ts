@@ -3,6 +3,7 @@
  * canonical state, and bad input gives `file:line:col: reason`, small
  * fixtures and big kubectl dumps alike.
  */
+import { readFileSync } from 'node:fs';
 import t from 'tap';
 import { CalloutError } from '../../src/errors.js';
 import { fixtureText, parseFixture, type FixtureOptions } from '../../src/sources/fixture.js';
@@ -118,6 +119,11 @@ t.test('bad input: file, line, column and reason', async (t) => {
     'list.yaml:9:25: endpoints[0].conditions.ready: expected true or false, got "yes"',
     'an EndpointSlice of a Service that is not in the fixture is checked too',
   );
+  // kubectl prints `kind: List` after the items: a dump cut short (kubectl killed, a pipe closed) has none, and
+  // read as "not a state" it would be the empty state, whose run deletes every rule.
+  const dump = readFileSync('fixtures/dual-stack-cluster.yaml', 'utf8');
+  t.equal(errorOf(dump.slice(0, dump.lastIndexOf('kind: List')), 'cut.yaml'), 'cut.yaml:10:1: a document with items but no kind: a List cut short? (kubectl prints kind: List after its items); give the whole dump');
+  t.equal(errorOf('{"apiVersion": "v1", "items": []}', 'cut.json'), 'cut.json:1:1: a document with items but no kind: a List cut short? (kubectl prints kind: List after its items); give the whole dump');
   t.equal(errorOf('- 1\n- 2\n', 'scalars.yaml'), 'scalars.yaml:1:3: expected a Kubernetes object, got 1');
   t.equal(errorOf('just text\n', 'text.yaml'), 'text.yaml:1:1: expected a Kubernetes object, got "just text"');
   t.equal(errorOf('a: *nope\n', 'alias.yaml'), 'alias.yaml:1:1: Unresolved alias (the anchor must be set before the alias): nope');
