@@ -3,13 +3,15 @@
  * processes on real fixture files and real callout scripts. Waits on output
  * lines (markers), never on fixed sleeps.
  */
-import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { chmodSync, copyFileSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { runBin, type BinProcess } from '../helpers/bin-process.js';
-import { shScript, tempDir } from '../helpers/files.js';
-import { blogJsonl, blogJsonlPath, blogYaml, blogYamlPath, stateLine } from '../helpers/fixtures.js';
+import { replaceFile, shScript, tempDir } from '../helpers/files.js';
+import { blogJsonl, blogJsonlPath, blogYaml, blogYamlPath, repoRoot, stateLine } from '../helpers/fixtures.js';
+import { within } from '../helpers/wait.js';
 
 /** The startup line (version, source, node, callout): its own tests check it. */
 const startupLine = /^\S+ info: \S+ \S+ starting /;
@@ -109,6 +111,41 @@ t.test('--watch: re-runs on a fixture edit and on a callout edit; a broken fixtu
   await w.line('stdout', /^C four$/, 'fixed fixture runs');
   t.same(w.stdout, ['A one', 'A two', 'B two', 'C two', 'C four']);
   t.same(w.stderr.filter((l) => / error: /.test(l)), [err], 'one error line');
+  w.proc.kill('SIGTERM');
+  t.equal(await w.exited('exit on SIGTERM'), 0);
+});
+
+/** Runs as this uid (a user of its own, for the inotify limits, which count per user). */
+const spareUid = '54321';
+const asSpare = ['setpriv', `--reuid=${spareUid}`, `--regid=${spareUid}`, '--clear-groups'];
+/** inotify_init1's system call number (Linux's tables). */
+const inotifyInit1 = ({ x64: 294, arm64: 26 } as Record<string, number>)[process.arch];
+/** Why the inotify test cannot run here, or undefined. */
+function noSpareUser(): string | undefined {
+  if (process.getuid?.() !== 0) return 'needs root (to run as another user)';
+  if (inotifyInit1 === undefined) return `inotify_init1's system call number on ${process.arch} is not known here`;
+  const r = spawnSync(asSpare[0]!, [...asSpare.slice(1), 'sh', '-c', 'test -r "$1" && test -x "$2" && command -v perl', 'sh', join(repoRoot, 'bin/kpng-json'), process.execPath]);
+  if (r.error) return 'setpriv is missing';
+  return r.status === 0 ? undefined : `user ${spareUid} cannot read the repository or node, or perl is missing`;
+}
+
+t.test('--watch without inotify (its per-user limit reached): files given are polled, the watch stays up', { skip: noSpareUser() ?? false }, async (t) => {
+  const dir = tmp(t);
+  chmodSync(dir, 0o755);
+  const f = join(dir, 'state.jsonl');
+  writeFileSync(f, stateLine('one'));
+  // Holds every inotify instance the user may have (fs.inotify.max_user_instances, 128 by default): perl's
+  // syscall, inotify_init1 by its number on this architecture.
+  const holder = spawn(asSpare[0]!, [...asSpare.slice(1), 'perl', '-e', `my @f; while (@f < 100000) { my $fd = syscall(${inotifyInit1}, 0); last if $fd < 0; push @f, $fd } $| = 1; print "held ", scalar(@f), "\\n"; <STDIN>;`], { stdio: ['pipe', 'pipe', 'inherit'] });
+  t.teardown(() => void holder.kill());
+  const [held] = (await within(once(holder.stdout!, 'data'), 'the inotify instances to be held')) as [Buffer];
+  t.match(held.toString(), /^held \d+/);
+  const w = runBin(t, 'kpng-json', ['replay', '--watch', f], { wrap: asSpare });
+  await w.line('stdout', /"Name":"one"/);
+  await w.line('stderr', /warn: watch: .*: polling state\.jsonl every 1000 ms instead \(raise fs\.inotify\.max_user_instances/);
+  await w.line('stderr', /watching .* for changes/);
+  replaceFile(f, stateLine('two'));
+  await w.line('stdout', /"Name":"two"/, 'the state after the save');
   w.proc.kill('SIGTERM');
   t.equal(await w.exited('exit on SIGTERM'), 0);
 });

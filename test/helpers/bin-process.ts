@@ -57,11 +57,13 @@ export interface BinOptions {
   cwd?: string | undefined;
   /** Its whole input (default: no stdin). */
   stdin?: string | undefined;
+  /** A command that runs it (exec'ing it), e.g. `setpriv --reuid …`. */
+  wrap?: readonly string[] | undefined;
 }
 
 /** Runs `bin/<tool> args`; the child is killed when the test ends. */
 export function runBin(t: Pick<Test, 'teardown'>, tool: string, args: string[], o: BinOptions = {}): BinProcess {
-  const [cmd, ...argv] = binArgv(tool, args);
+  const [cmd, ...argv] = [...(o.wrap ?? []), ...binArgv(tool, args)] as [string, ...string[]];
   const proc = spawn(cmd, argv, {
     env: { PATH: process.env.PATH, ...o.env },
     cwd: o.cwd ?? repoRoot,

@@ -14,7 +14,9 @@
  * directory on every event in it: a core's worth in a busy /tmp). chokidar's
  * watch on the file itself stays for a symlink's target. With polling a file
  * is polled by path (fs.watchFile: one stat per interval), which sees a
- * rename, a deletion and a return alike.
+ * rename, a deletion and a return alike. Where no fs events can be had (the
+ * inotify limits, EMFILE/ENOSPC; EACCES), files given are polled the same way,
+ * with a warning.
  *
  * Events come from the directories and files as they were when watched: a
  * directory that did not exist yet, one renamed away and made again, a
@@ -121,7 +123,9 @@ export async function watchFiles(opts: WatchFilesOptions): Promise<FileWatcher> 
       .catch((err: unknown) => opts.log.warn(`watch: ${(err as Error).message}`))
       .finally(() => (checking = undefined));
   }, REWATCH_CHECK_MS);
-  timer.unref();
+  // Not unref'd: when no watch could be set up (inotify instances or watches exhausted, EMFILE/ENOSPC; a
+  // directory we may not read), nothing else keeps the process alive, and Node would end it with status 13
+  // (a top-level await never settled) right after "watching ... for changes". close() clears it.
   return {
     ready: current.ready,
     async close() {
@@ -223,18 +227,46 @@ async function watchOnce(opts: WatchFilesOptions, onRootGone?: () => void): Prom
         w.on('error', (err) => log.warn(`watch: ${abs}: ${err.message}`));
         dirWatchers.push(w);
       } catch (err) {
-        // A missing directory: chokidar watches for the file to appear, through its ancestors.
-        log.debug(`watch: ${abs}: ${errnoText(err)}`);
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code === 'ENOENT' || code === 'ENOTDIR') {
+          // A missing directory: chokidar watches for the file to appear, through its ancestors.
+          log.debug(`watch: ${abs}: ${errnoText(err)}`);
+        } else {
+          // No events to be had (EMFILE, ENOSPC: the inotify limits; EACCES): poll its files by path instead.
+          log.warn(`watch: ${abs}: ${errnoText(err)}: polling ${[...d.names].join(', ')} every ${pollMs} ms instead (raise fs.inotify.max_user_instances and max_user_watches, or use --watch-poll)`);
+          for (const n of d.names) {
+            const file = join(abs, n);
+            const listener: StatsListener = () => onEvent('poll', file);
+            watchFile(file, { persistent: true, interval: pollMs }, listener);
+            pollers.set(file, listener);
+          }
+        }
       }
     }
   }
   watcher?.on('all', (event, path) => {
     if (event === 'add' || event === 'change' || event === 'unlink') onEvent(event, path);
   });
+  if (polling) {
+    // chokidar's poller reports a file's change only when its size changed or its mtime went forward: a file
+    // replaced by one of the same size and an older or equal mtime (`mv backup file`, `cp -p`, `tar x`, two
+    // saves within a coarse mtime tick) would go unseen. Its raw events carry every stat change.
+    watcher?.on('raw', (event: string, path: string, details: unknown) => {
+      const d = details as { curr?: import('node:fs').Stats; prev?: import('node:fs').Stats } | undefined;
+      const { curr, prev } = d ?? {};
+      if (!curr || !prev) return;
+      if (curr.ino !== prev.ino || curr.size !== prev.size || curr.mtimeMs !== prev.mtimeMs || curr.ctimeMs !== prev.ctimeMs) onEvent('poll', path);
+    });
+  }
   watcher?.on('unlinkDir', (path) => {
     if (rootSet.has(resolve(path))) onRootGone?.();
   });
-  watcher?.on('error', (err) => log.warn(`watch: ${(err as Error).message}`));
+  watcher?.on('error', (err) => {
+    const code = (err as NodeJS.ErrnoException).code;
+    // The inotify limits: this directory goes unwatched; polling needs no inotify.
+    const hint = code === 'EMFILE' || code === 'ENOSPC' ? ' (raise fs.inotify.max_user_instances and max_user_watches, or use --watch-poll)' : '';
+    log.warn(`watch: ${(err as Error).message}${hint}`);
+  });
 
   return {
     ready: watcher ? new Promise<void>((res) => watcher.once('ready', () => res())) : Promise.resolve(),

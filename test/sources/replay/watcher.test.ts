@@ -5,7 +5,7 @@
  * reported, and a change is looked at again past chokidar's throttle.
  */
 import { EventEmitter, once } from 'node:events';
-import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, renameSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { watchFiles, type WatchFilesOptions } from '../../../src/sources/replay/watcher.js';
@@ -93,6 +93,34 @@ t.test('polling: files by path, a directory through chokidar', async (t) => {
   await seen(join(fx, 'a.json'));
   await close();
   t.pass('closes');
+});
+
+t.test('polling a directory: a fixture replaced by one of the same size and an older modification time is seen', async (t) => {
+  // chokidar's poller reports a change only when the size changed or the mtime went forward: restoring a
+  // backup (`mv a.yaml~ a.yaml`, `cp -p`, `tar x`, rsync -a) would go unseen.
+  const dir = tempDir(t, 'replay-watcher-');
+  const fx = join(dir, 'fx');
+  mkdirSync(fx);
+  const a = join(fx, 'a.yaml');
+  writeFileSync(a, 'port: 80\n');
+  const backup = join(dir, 'a.yaml.orig');
+  writeFileSync(backup, 'port: 81\n');
+  const past = new Date(Date.now() - 3600_000);
+  utimesSync(backup, past, past);
+  const { seen } = await watching(t, { paths: [fx], extra: [], usePolling: true, pollIntervalMs: 20 });
+  // Let the poller take its first stat of the file.
+  await new Promise((r) => setTimeout(r, 100));
+  renameSync(backup, a);
+  await seen(a);
+  // The same in place (`cp -p`): same inode and size, the old mtime back; only the ctime moves.
+  const again = join(dir, 'again');
+  writeFileSync(again, 'port: 82\n');
+  utimesSync(again, past, past);
+  await new Promise((r) => setTimeout(r, 100));
+  copyFileSync(again, a);
+  utimesSync(a, past, past);
+  t.ok(Math.abs(statSync(a).mtimeMs - past.getTime()) < 1000, 'the old mtime is back');
+  await seen(a, 2);
 });
 
 t.test('polling files only: no chokidar, ready at once', async (t) => {
