@@ -28,7 +28,7 @@
  * argument chokidar saw go away counts as changed even if it is back (the
  * same directory) by the next look-up: its poller was dropped with it.
  */
-import { watch as fsWatch, unwatchFile, watchFile, type FSWatcher as DirWatcher, type StatsListener } from 'node:fs';
+import { watch as fsWatch, unwatchFile, watchFile, type FSWatcher as DirWatcher, type Stats, type StatsListener } from 'node:fs';
 import { realpath, stat } from 'node:fs/promises';
 import { basename, dirname, join, resolve, sep } from 'node:path';
 import { watch, type FSWatcher } from 'chokidar';
@@ -251,8 +251,8 @@ async function watchOnce(opts: WatchFilesOptions, onRootGone?: () => void): Prom
     // chokidar's poller reports a file's change only when its size changed or its mtime went forward: a file
     // replaced by one of the same size and an older or equal mtime (`mv backup file`, `cp -p`, `tar x`, two
     // saves within a coarse mtime tick) would go unseen. Its raw events carry every stat change.
-    watcher?.on('raw', (event: string, path: string, details: unknown) => {
-      const d = details as { curr?: import('node:fs').Stats; prev?: import('node:fs').Stats } | undefined;
+    watcher?.on('raw', (_event: string, path: string, details: unknown) => {
+      const d = details as { curr?: Stats; prev?: Stats } | undefined;
       const { curr, prev } = d ?? {};
       if (!curr || !prev) return;
       if (curr.ino !== prev.ino || curr.size !== prev.size || curr.mtimeMs !== prev.mtimeMs || curr.ctimeMs !== prev.ctimeMs) onEvent('poll', path);
