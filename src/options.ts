@@ -40,7 +40,7 @@ export function parseSize(option: string, value: string): number {
   const mult = m ? sizeUnits[m[2]!.toLowerCase()] : undefined;
   if (!m || mult === undefined) throw usageError(option, JSON.stringify(value), 'expected a size in bytes such as 4194304, 4MiB or 512KiB');
   const n = Math.floor(Number(m[1]) * mult);
-  if (n < 1 || n > 2 ** 31 - 1) throw usageError(option, value, 'size out of range 1 byte - 2GiB');
+  if (n < 1 || n > 2 ** 31 - 1) throw usageError(option, value, 'size out of range: 1 byte to 2GiB - 1 (2147483647)');
   return n;
 }
 
@@ -78,6 +78,16 @@ export function parseHostPort(option: string, value: string, options: HostPortOp
   if (port < (allowPortZero ? 0 : 1) || port > 65535) throw usageError(option, value, `port out of range ${allowPortZero ? 0 : 1}-65535`);
   if (m[1] === '' && !allowEmptyHost) throw usageError(option, value, 'missing host, such as 127.0.0.1');
   return { text: value, host: m[1]!.replace(/^\[(.*)\]$/, '$1'), port };
+}
+
+/**
+ * A node name (`--node-name`): non-empty and not starting with `-`, which no
+ * Node name does (a DNS subdomain) and which means the value was left out
+ * (`--node-name --once` would otherwise take `--once` as the name).
+ */
+export function parseNodeName(option: string, value: string): string {
+  if (value.startsWith('-')) throw usageError(option, JSON.stringify(value), 'expected a node name, not an option (its value is missing)');
+  return parseNonEmpty(option, value);
 }
 
 /** A non-empty string option (names, paths). */

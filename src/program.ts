@@ -40,7 +40,8 @@ function editDistance(a: string, b: string): number {
   return prev[b.length]!;
 }
 
-function helpEpilogue(tool: Tool): string {
+/** The help's tail: formats, exit statuses, environment. `sizes`: the command has a size option (the kpng source). */
+function helpEpilogue(tool: Tool, sizes: boolean): string {
   const callout = tool === 'kpng-callout';
   const exits = callout
     ? [
@@ -63,11 +64,16 @@ function helpEpilogue(tool: Tool): string {
     ...(callout ? [`  CALLOUT                   default of --callout (else ${DEFAULTS.callout})`] : []),
     '  KUBECONFIG                kube: the kubeconfig file, when --kubeconfig is not given',
     '  KUBERNETES_SERVICE_HOST   kube: set in a pod, selects the in-cluster service account',
-    ...(callout ? ['  The callout gets ours plus KPNG_CALLOUT_RUN (the run number) and KPNG_NODE_NAME.'] : []),
+    ...(callout
+      ? [
+          '  The callout gets ours plus KPNG_CALLOUT_RUN (the run number) and KPNG_NODE_NAME; with --changes',
+          '  KPNG_CALLOUT_INPUT (full or changes); with --persistent KPNG_CALLOUT_MODE=persistent and KPNG_NODE_NAME.',
+        ]
+      : []),
   ];
   return [
     '',
-    'Durations are Go-style: 250ms, 1s, 1m30s, 0. Sizes: 4194304, 512KiB, 4MiB.',
+    `Durations are Go-style: 250ms, 1s, 1m30s, 0.${sizes ? ' Sizes: 4194304, 512KiB, 4MiB.' : ''}`,
     '',
     'Exit status:',
     ...exits,
@@ -126,7 +132,7 @@ export function buildProgram(tool: Tool, io: CliIO, out: ErrorOutput, done: (p: 
     tool === 'kpng-json'
       ? 'Print the node-local Services/Endpoints state as NDJSON at every sync, byte for byte as kpng-json did.'
       : 'Run a program (the callout) with the node-local Services/Endpoints state as NDJSON on stdin, debounced and serialized.';
-  const configure = (cmd: Command): Command =>
+  const configure = (cmd: Command, sizes = false): Command =>
     cmd
       .showHelpAfterError(false)
       .configureOutput({
@@ -137,10 +143,10 @@ export function buildProgram(tool: Tool, io: CliIO, out: ErrorOutput, done: (p: 
           out.hint(`(run ${tool}${cmd.name() === tool ? '' : ` ${cmd.name()}`} --help for usage)`);
         },
       })
-      .addHelpText('after', helpEpilogue(tool))
+      .addHelpText('after', helpEpilogue(tool, sizes))
       .exitOverride();
 
-  const program = configure(new Command(tool))
+  const program = configure(new Command(tool), true)
     .description(`${what}\nSource: a kpng controller's node-local gRPC API (default), fixture files (replay) or the Kubernetes API (kube).`)
     .usage('[options] | kube [options] | replay [options] <path...>')
     // Options after a subcommand's name are the subcommand's, not the program's.

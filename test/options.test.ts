@@ -4,7 +4,7 @@
  * accept), names.
  */
 import t from 'tap';
-import { parseDuration, parseHostPort, parseNonEmpty, parseServiceProxyName, parseSize } from '../src/options.js';
+import { parseDuration, parseHostPort, parseNodeName, parseNonEmpty, parseServiceProxyName, parseSize } from '../src/options.js';
 
 t.test("durations as Go's time.ParseDuration reads them, in milliseconds", async (t) => {
   const cases: Array<[string, number]> = [
@@ -52,6 +52,10 @@ t.test('sizes in bytes, SI and binary units', async (t) => {
 t.test('names: non-empty values and service-proxy-name label values', async (t) => {
   t.equal(parseNonEmpty('--node-name', 'vm-1'), 'vm-1');
   t.throws(() => parseNonEmpty('--node-name', ' '), { code: 'usage', message: '--node-name "": expected a non-empty value' });
+  // `--node-name --once`: the value was left out, the next option is not a node name.
+  t.equal(parseNodeName('--node-name', 'vm-1'), 'vm-1');
+  t.throws(() => parseNodeName('--node-name', '--once'), { code: 'usage', message: /--node-name "--once": expected a node name/ });
+  t.throws(() => parseNodeName('--node-name', ''), { code: 'usage' });
   for (const ok of ['kpng-example', 'a', 'A.b_c-9']) t.equal(parseServiceProxyName('--service-proxy-name', ok), ok);
   for (const bad of ['', '-a', 'a-', 'a b', 'x'.repeat(64)]) t.throws(() => parseServiceProxyName('--service-proxy-name', bad), { code: 'usage' }, bad);
 });

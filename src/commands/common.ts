@@ -10,7 +10,7 @@ import { compileGlobs, splitGlobList } from '../convert/glob.js';
 import { DEFAULTS, formatDuration } from '../defaults.js';
 import { CalloutError, usageError } from '../errors.js';
 import { createLogger } from '../log.js';
-import { parseDuration, parseHostPort, parseNonEmpty, parseServiceProxyName, type Address } from '../options.js';
+import { parseDuration, parseHostPort, parseNodeName, parseNonEmpty, parseServiceProxyName, type Address } from '../options.js';
 import type { CliIO, CommonOptions, RunnerFlags, Tool } from '../pipeline.js';
 
 /** Raw values commander collects for the common and runner options (already typed by argParser). */
@@ -52,7 +52,7 @@ const d = formatDuration;
 export function addCommonOptions(cmd: Command, tool: Tool, version: string): Command {
   cmd
     .version(version, '-V, --version', 'print the version and exit')
-    .option('--node-name <name>', 'node whose view to request/compute (default: $NODE_NAME, else the hostname)', (v: string) => parseNonEmpty('--node-name', v))
+    .option('--node-name <name>', 'node whose view to request/compute (default: $NODE_NAME, else the hostname)', (v: string) => parseNodeName('--node-name', v))
     .option('--once', 'wait for the first complete state, ' + (tool === 'kpng-json' ? 'print it and exit' : 'run the callout once and exit with its status'), false)
     .addOption(new Option('--once-timeout <duration>', 'with --once: give up (exit 1) when no complete state arrived within this time').argParser(duration('--once-timeout')).default(DEFAULTS.onceTimeoutMs, 'wait for ever'))
     .addOption(new Option('--log-format <format>', 'log line format on stderr').choices(['text', 'json']).default(DEFAULTS.logFormat))

@@ -55,6 +55,8 @@ export async function kpngSourceFrom(o: KpngFlags, common: CommonOptions): Promi
     const [given, missing] = o.tlsCrt !== undefined ? ['--tls-crt', '--tls-key'] : ['--tls-key', '--tls-crt'];
     throw usageError(given, String(o.tlsCrt ?? o.tlsKey), `mutual TLS needs ${missing} too`);
   }
+  // 0 would reconnect in a busy loop (hundreds of times a second) while the controller is away.
+  if (o.errorDelay <= 0) throw usageError('--error-delay', formatDuration(o.errorDelay), 'expected a duration above 0');
   const anyTls = o.tlsCa !== undefined || o.tlsCrt !== undefined;
   const tls = anyTls
     ? {

@@ -5,8 +5,9 @@
  * address, as kube-proxy splits them).
  */
 import { existsSync } from 'node:fs';
+import { lstat, unlink } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { dirname } from 'node:path';
 import { CalloutError } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
@@ -54,7 +55,7 @@ function listenErrorText(err: NodeJS.ErrnoException, port: number, unix: string 
   const code = unix !== undefined && err.code === 'EACCES' && !existsSync(dirname(unix)) ? 'ENOENT' : err.code;
   if (code === undefined) return err.message;
   let text = `${ERRNO_TEXT[code] ?? err.message} (${code})`;
-  if (code === 'EADDRINUSE') text += unix !== undefined ? '; remove the stale socket file or choose another path' : '; another process listens there: choose another port';
+  if (code === 'EADDRINUSE') text += unix !== undefined ? '; a process listens there, or the path is not a socket: choose another path' : '; another process listens there: choose another port';
   if (code === 'EACCES' && unix === undefined && port > 0 && port < 1024) text += '; ports below 1024 need root or CAP_NET_BIND_SERVICE';
   return text;
 }
@@ -119,6 +120,7 @@ export async function serveMetrics(metrics: Metrics, addr: Address, logger: Logg
   const unix = 'unix' in addr ? addr.unix : undefined;
   const host = 'host' in addr ? addr.host : '';
   const port = 'port' in addr ? addr.port : 0;
+  if (unix !== undefined && (await removeStaleSocket(unix))) logger.info(`${flag} ${addr.text}: removed a stale socket file (no process listened on it)`);
   await new Promise<void>((resolve, reject) => {
     const onError = (err: NodeJS.ErrnoException): void => {
       reject(new CalloutError('io', `${flag} ${addr.text}: cannot listen: ${listenErrorText(err, port, unix)}`, { cause: err }));
@@ -150,4 +152,23 @@ export async function serveMetrics(metrics: Metrics, addr: Address, logger: Logg
         server.closeAllConnections();
       }),
   };
+}
+
+/**
+ * Removes `path` when it is a socket file no process listens on (one killed
+ * before it could remove it, SIGKILL or the OOM killer): else every restart
+ * would fail with EADDRINUSE. A socket that answers, or any other file, stays.
+ */
+async function removeStaleSocket(path: string): Promise<boolean> {
+  const st = await lstat(path).catch(() => undefined);
+  if (!st?.isSocket()) return false;
+  const refused = await new Promise<boolean>((resolve) => {
+    const c = connect(path);
+    c.once('connect', () => {
+      c.destroy();
+      resolve(false);
+    });
+    c.once('error', (err: NodeJS.ErrnoException) => resolve(err.code === 'ECONNREFUSED'));
+  });
+  return refused && unlink(path).then(() => true, () => false);
 }

@@ -55,6 +55,10 @@ t.test('options: defaults from DEFAULTS, values typed by their parsers', async (
   t.throws(() => flags(['--max-msg-size', 'big']), { code: 'usage', message: /^--max-msg-size "big": expected a size/ });
 });
 
+t.test('--error-delay 0 is refused: it would reconnect in a busy loop', async (t) => {
+  await t.rejects(() => kpngSourceFrom(flags(['--error-delay', '0']), commonOptions()), { code: 'usage', message: '--error-delay 0: expected a duration above 0' });
+});
+
 t.test('--tls-crt and --tls-key go together', async (t) => {
   const common = commonOptions();
   await t.rejects(() => kpngSourceFrom(flags(['--tls-crt', '/c.pem']), common), { code: 'usage', message: '--tls-crt /c.pem: mutual TLS needs --tls-key too' });

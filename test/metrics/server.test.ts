@@ -2,8 +2,14 @@
  * The metrics HTTP server on loopback: /metrics, /healthz, /readyz, the
  * health-only address, :PORT on every interface, a port in use.
  */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { lstatSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import t from 'tap';
+import { tempDir } from '../helpers/files.js';
 import { heldPort } from '../helpers/ports.js';
+import { within } from '../helpers/wait.js';
 import { CalloutError } from '../../src/errors.js';
 import { createLogger } from '../../src/log.js';
 import { Metrics } from '../../src/metrics/metrics.js';
@@ -64,6 +70,31 @@ t.test('a port in use is an io error (exit 1, no usage hint) naming the flag, th
 t.test('a Unix socket in a directory that does not exist: said so (libuv calls it EACCES)', async (t) => {
   const m = new Metrics({ runner: true, processMetrics: false });
   await t.rejects(serveMetrics(m, addr('unix:/nonexistent-kpng-dir/m.sock')), { code: 'io', message: /^--metrics-addr unix:\/nonexistent-kpng-dir\/m\.sock: cannot listen: no such directory \(ENOENT\)$/ });
+});
+
+t.test('a Unix socket file left by a killed process is removed and listened on; one in use, or another file, stays', async (t) => {
+  const m = new Metrics({ runner: true, processMetrics: false });
+  const dir = tempDir(t, 'kpng-metrics-sock-');
+  const path = join(dir, 'm.sock');
+  // A process that listens there and is killed (SIGKILL: it cannot remove its socket file).
+  const holder = spawn(process.execPath, ['-e', `require('node:net').createServer().listen(${JSON.stringify(path)}, () => console.log('up'))`], { stdio: ['ignore', 'pipe', 'inherit'] });
+  t.teardown(() => void holder.kill('SIGKILL'));
+  await within(once(holder.stdout!, 'data'), 'the holder to listen');
+  // While it lives: in use, kept.
+  await t.rejects(serveMetrics(m, addr(`unix:${path}`)), { code: 'io', message: /address already in use \(EADDRINUSE\)/ });
+  holder.kill('SIGKILL');
+  await once(holder, 'exit');
+  t.ok(lstatSync(path).isSocket(), 'the socket file stays behind');
+  const lines: string[] = [];
+  const log = createLogger({ write: (l) => lines.push(l.replace(/\n$/, '')) });
+  const srv = await serveMetrics(m, addr(`unix:${path}`), log);
+  t.teardown(() => srv.close());
+  t.match(lines[0], /info: --metrics-addr unix:.*m\.sock: removed a stale socket file \(no process listened on it\)$/);
+  // A regular file is never removed.
+  const file = join(dir, 'plain');
+  writeFileSync(file, 'x');
+  await t.rejects(serveMetrics(m, addr(`unix:${file}`)), { code: 'io', message: /EADDRINUSE/ });
+  t.equal(readFileSync(file, 'utf8'), 'x');
 });
 
 t.test(':PORT listens on every interface, IPv4 and IPv6 alike', async (t) => {
