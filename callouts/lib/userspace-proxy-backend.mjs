@@ -1,5 +1,5 @@
 // userspace-proxy: choosing an endpoint (round robin, ClientIP affinity),
-// and resetting a socket. See userspace-proxy.mjs.
+// and resetting a socket or closing a listener. See userspace-proxy.mjs.
 
 
 /** Resets a socket (RST) when it can, else destroys it. */
@@ -13,6 +13,15 @@ export function reset(sock) {
     }
   }
   sock.destroy();
+}
+
+/** Closes a listening socket or server that may never have been bound, or be closed already. */
+export function closeQuietly(handle) {
+  try {
+    handle?.close();
+  } catch {
+    // never bound, or closed already
+  }
 }
 
 /** An endpoint chooser for one (Service port, scope, family): round robin, and ClientIP affinity. */
@@ -59,7 +68,9 @@ export class Backend {
     for (let i = 0; i < eps.length; i++) {
       const ep = eps[(this.next + i) % eps.length];
       if (tried.has(ep.id)) continue;
-      this.next = (this.next + i + 1) % eps.length;
+      // A retry (tried not empty) does not move the turn: moving it past the endpoint that answers would hand the
+      // next connection back to the one that failed (with two endpoints, every connection would try a dead one first).
+      if (tried.size === 0) this.next = (this.next + i + 1) % eps.length;
       if (this.affinityMs) this.affinity.set(clientIp, { id: ep.id, until: now + this.affinityMs });
       return ep;
     }

@@ -41,7 +41,7 @@
 // picks endpoints, -common.mjs holds the options and logging.
 import dgram from 'node:dgram';
 import net from 'node:net';
-import { Backend, reset } from './userspace-proxy-backend.mjs';
+import { Backend, closeQuietly, reset } from './userspace-proxy-backend.mjs';
 import { log } from './userspace-proxy-common.mjs';
 import { canonicalIP } from './userspace-proxy-address.mjs';
 import { hp, where } from './userspace-proxy-state.mjs';
@@ -104,11 +104,12 @@ export class UserspaceProxy {
     for (const [key, want] of plan) {
       const b = backendFor(want.backend);
       let l = this.listeners.get(key);
-      // Shared with a NodePort now (or no longer): bound again with (or without) SO_REUSEADDR.
+      // Shared with a NodePort now (or no longer): bound again with (or without) SO_REUSEADDR, in place: its
+      // sessions stay (their replies leave through l.handle, the new socket), so that its clients keep their endpoint.
       if (l && l.up && l.proto === 'udp' && l.shared !== (want.shared === true)) {
-        this.closeListener(l);
-        this.listeners.delete(key);
-        l = undefined;
+        closeQuietly(l.handle);
+        l.handle = undefined;
+        l.up = false;
       }
       if (l && !l.up) l.shared = want.shared === true;
       if (!l) {
@@ -133,11 +134,7 @@ export class UserspaceProxy {
     return new Promise((resolve) => {
       const done = (err) => {
         if (err) {
-          try {
-            l.handle?.close();
-          } catch {
-            // never bound
-          }
+          closeQuietly(l.handle);
           l.handle = undefined;
           l.up = false;
           const code = err.code ?? 'error';
@@ -174,14 +171,8 @@ export class UserspaceProxy {
   }
 
   closeListener(l) {
-    if (l.handle) {
-      try {
-        l.handle.close();
-      } catch {
-        // already closed
-      }
-      l.handle = undefined;
-    }
+    closeQuietly(l.handle);
+    l.handle = undefined;
     for (const s of l.sessions.values()) this.closeSession(l, s);
     if (l.up) log(`closed ${where(l.host, l.port, l.proto)} (${l.label})`);
     l.up = false;
@@ -298,9 +289,13 @@ export class UserspaceProxy {
     });
   }
 
+  /** An error or a reset on either side: the other side is reset too (not closed: a FIN would pass a cut stream off as complete). */
   kill(conn) {
-    conn.client.destroy();
-    conn.up?.destroy();
+    reset(conn.client);
+    if (conn.up) {
+      if (conn.paired) reset(conn.up);
+      else conn.up.destroy();
+    }
   }
 
   // --- UDP

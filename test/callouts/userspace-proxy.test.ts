@@ -265,6 +265,13 @@ t.test('Backend: round robin, skipping endpoints tried, ClientIP affinity', asyn
   t.same(picks, ['a', 'b', 'c', 'a', 'b', 'c']);
   t.equal(b.pick('ip', new Set(['a 1', 'b 1']), 0)!.ip, 'c', 'the endpoints tried are skipped');
   t.equal(b.pick('ip', new Set(['a 1', 'b 1', 'c 1']), 0), undefined, 'none left');
+  // A retry does not use up the next connection's turn: with [down, up], a connection that tried `a` (down) and
+  // got `b` leaves the next one to start at `b`, so `a` is tried by its share of connections, not by every one.
+  const two = new lib.Backend('two');
+  two.update({ key: 'two', endpoints: eps.slice(0, 2), affinityMs: 0 });
+  t.equal(two.pick('ip', new Set(), 0)!.ip, 'a');
+  t.equal(two.pick('ip', new Set(['a 1']), 0)!.ip, 'b', 'the retry');
+  t.same([two.pick('ip', new Set(), 0)!.ip, two.pick('ip', new Set(), 0)!.ip], ['b', 'a'], 'the turns go on from where the first pick left them');
   b.update({ key: 'k', endpoints: eps, affinityMs: 1000 });
   const first = b.pick('client', new Set(), 0)!.ip;
   t.same(Array.from({ length: 5 }, (_, i) => b.pick('client', new Set(), 500 * i)!.ip), Array(5).fill(first), 'sticks while used within the timeout');

@@ -339,3 +339,96 @@ for (const c of held) c.destroy();
   t.same(out.results, Array(8).fill('ok'), 'every client is answered through the proxy', { stderr: r.stderr });
   t.notMatch(r.stderr, /comes from this proxy itself/, 'none taken for a loop');
 });
+
+t.test('userspace-proxy on loopback: a reset is passed on as a reset; a UDP listener re-bound for a NodePort keeps its sessions', async (t) => {
+  const dir = tempDir(t, 'kpusp-lo-');
+  const script = join(dir, 'lo.mjs');
+  writeFileSync(
+    script,
+    `import net from 'node:net';
+import dgram from 'node:dgram';
+import { once } from 'node:events';
+import { UserspaceProxy, readOptions } from ${JSON.stringify(pathToFileURL(repoPath('callouts/lib/userspace-proxy.mjs')).href)};
+const out = {};
+const freePort = async (type) => {
+  const s = type === 'tcp' ? net.createServer() : dgram.createSocket('udp4');
+  await new Promise((r) => (type === 'tcp' ? s.listen(0, '127.0.0.1', r) : s.bind(0, '127.0.0.1', r)));
+  const p = s.address().port;
+  await new Promise((r) => s.close(r));
+  return p;
+};
+const ep = (port) => ({ ip: '127.0.0.1', port, id: '127.0.0.1 ' + port });
+const listener = (proto, port, endpoints, shared) => ({ key: proto + ' 127.0.0.1 ' + port, proto, family: 4, host: '127.0.0.1', port, nodePort: false, label: 'svc', shared,
+  backend: { key: proto + 'b', affinityKey: proto + 'b', endpoints, affinityMs: 0 } });
+const proxy = new UserspaceProxy({ ...readOptions({}), maxConnections: 1000 });
+
+// TCP: the upstream says hello, and resets on "RST"; what does the client see, and the other way round?
+let upstreamSaw;
+const up = net.createServer((c) => {
+  c.write('hello\\n');
+  c.on('data', (d) => String(d).startsWith('RST') && c.resetAndDestroy());
+  c.on('error', (e) => (upstreamSaw = e.code));
+  c.on('end', () => (upstreamSaw ??= 'end'));
+});
+await new Promise((r) => up.listen(0, '127.0.0.1', r));
+const LT = await freePort('tcp');
+const tcpPlan = new Map([[\`tcp 127.0.0.1 \${LT}\`, listener('tcp', LT, [ep(up.address().port)])]]);
+out.tcpFailed = await proxy.reconcile(tcpPlan);
+const clientSees = await new Promise((resolve) => {
+  const c = net.connect({ host: '127.0.0.1', port: LT });
+  c.once('data', () => c.write('RST'));
+  c.on('error', (e) => resolve(e.code));
+  c.on('end', () => resolve('end'));
+});
+out.clientSaw = clientSees;
+await new Promise((resolve) => {
+  const c = net.connect({ host: '127.0.0.1', port: LT });
+  c.once('data', () => {
+    c.resetAndDestroy();
+    setTimeout(resolve, 300);
+  });
+  c.on('error', () => {});
+});
+out.upstreamSaw = upstreamSaw;
+
+// UDP: two endpoints answering with their name; a client keeps its socket while the listener is re-bound
+// (shared with a NodePort, then no longer).
+const names = {};
+for (const n of ['A', 'B']) {
+  const u = dgram.createSocket('udp4');
+  u.on('message', (m, r) => u.send(n, r.port, r.address));
+  await new Promise((r) => u.bind(0, '127.0.0.1', r));
+  names[n] = u;
+}
+const LU = await freePort('udp');
+const udpPlan = (shared) => new Map([[\`udp 127.0.0.1 \${LU}\`, listener('udp', LU, [ep(names.A.address().port), ep(names.B.address().port)], shared)]]);
+const c = dgram.createSocket('udp4');
+await new Promise((r) => c.bind(0, '127.0.0.1', r));
+const ask = async () => {
+  c.send('x', LU, '127.0.0.1');
+  const [m, r] = await once(c, 'message');
+  return String(m) + '@' + r.port;
+};
+out.udpFailed = [...(await proxy.reconcile(udpPlan(false))), ...(await proxy.reconcile(udpPlan(false)))];
+out.replies = [await ask()];
+out.udpFailed.push(...(await proxy.reconcile(udpPlan(true))));
+out.replies.push(await ask());
+out.udpFailed.push(...(await proxy.reconcile(udpPlan(false))));
+out.replies.push(await ask());
+out.LU = LU;
+console.log(JSON.stringify(out));
+proxy.stop();
+up.close();
+c.close();
+for (const u of Object.values(names)) u.close();
+`,
+  );
+  const r = await runCommand(process.execPath, [script], { env: { ...process.env, NODE_OPTIONS: '' } });
+  t.equal(r.code, 0, 'the script ran', { stderr: r.stderr });
+  const out = JSON.parse(r.stdout.trim().split('\n').at(-1) ?? '{}') as { tcpFailed: unknown[]; udpFailed: unknown[]; clientSaw: string; upstreamSaw: string; replies: string[]; LU: number };
+  t.same([out.tcpFailed, out.udpFailed], [[], []], 'the listeners are up');
+  t.equal(out.clientSaw, 'ECONNRESET', "the endpoint's reset reaches the client as a reset (a FIN would pass a cut stream off as complete)");
+  t.equal(out.upstreamSaw, 'ECONNRESET', "the client's reset reaches the endpoint as a reset");
+  t.same(out.replies, Array(3).fill(`A@${out.LU}`), 'the session keeps its endpoint across the re-binds; replies come from the listening port');
+});
+
