@@ -169,6 +169,11 @@ async function removeStaleSocket(path: string): Promise<boolean> {
       resolve(false);
     });
     c.once('error', (err: NodeJS.ErrnoException) => resolve(err.code === 'ECONNREFUSED'));
+    // No answer either way (a listener whose backlog is full): someone's, leave it.
+    c.setTimeout(1000, () => {
+      c.destroy();
+      resolve(false);
+    });
   });
   return refused && unlink(path).then(() => true, () => false);
 }
