@@ -117,6 +117,8 @@ function optionsOf<T>(cmd: Command): T {
     const flag = parent.options.find((o) => o.attributeName() === key)?.long ?? key;
     if (!cmd.options.some((o) => o.attributeName() === key)) throw new CalloutError('usage', `${flag} is an option of the kpng source (no command), not of ${cmd.name()}`, { rootHelp: true });
     if (cmd.getOptionValueSource(key) !== 'cli') own[key] = value;
+    // -v counts wherever it is given: `-v replay -v` is -vv.
+    else if (key === 'verbose') own[key] = (own[key] as number) + (value as number);
   }
   return own as T;
 }

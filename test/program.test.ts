@@ -98,6 +98,9 @@ t.test('common options before the command name apply to it; its own given after 
 
   const v = await runs(t, 'kpng-json', ['-v', 'replay', '-v', blogJsonlPath]);
   t.match(v.io.stderr.text(), / debug: /, '-v before and after');
+  t.match(v.io.stderr.text(), / debug: state received /, 'they add up: -vv logs every state');
+  const one = await runs(t, 'kpng-json', ['-v', 'replay', blogJsonlPath]);
+  t.notMatch(one.io.stderr.text(), /state received/, '-v alone does not');
 });
 
 t.test('a root-only option is refused before a command name, unknown after it', async (t) => {
