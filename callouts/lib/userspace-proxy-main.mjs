@@ -53,6 +53,7 @@ export function main() {
     // stderr is a pipe (synchronous on Linux): every line is out.
     process.exit(0);
   };
+  let told = new Set();
   const frames = new FrameReader((header, lines) => {
     queue = queue.then(async () => {
       if (exiting) return;
@@ -62,7 +63,18 @@ export function main() {
         ack(`error ${r.why}`);
         return;
       }
-      const failed = await proxy.reconcile(planner.plan(table.ordered(), (msg) => log(msg), localAddresses()));
+      // What the plan says about the state (an address claimed twice) is told once while it holds, not at every frame.
+      const now = new Set();
+      const plan = planner.plan(
+        table.ordered(),
+        (msg) => {
+          now.add(msg);
+          if (!told.has(msg)) log(msg);
+        },
+        localAddresses(),
+      );
+      told = now;
+      const failed = await proxy.reconcile(plan);
       if (exiting) return;
       if (failed.length === 0) {
         ack('ok');

@@ -349,6 +349,19 @@ t.test('a persistent callout: acks each frame on fd 3, refuses bad ones, exits 0
   t.match(p.stderr(), /end of input: listeners closed, exiting/);
 });
 
+t.test("what the plan says about the state (an address claimed twice) is told once while it holds, not at every frame", async (t) => {
+  const on10 = (name: string) => line(name, { IPs: { ClusterIPs: { V4: ['192.0.2.10'] } }, Ports: [{ Protocol: 1, Port: 80 }] });
+  const p = persistent(repoPath('callouts/userspace-proxy'));
+  const claimed = () => p.stderr().split('\n').filter((l) => / is claimed by /.test(l)).length;
+  // The address is not this test's: the binds fail (the acks say so), the plan is made all the same.
+  for (let seq = 1; seq <= 3; seq++) await p.frame(`{"Frame":{"Seq":${seq},"Input":"full"}}\n${on10('a')}\n${on10('b')}\n\n`);
+  t.equal(claimed(), 1, 'three frames, one line');
+  await p.frame(`{"Frame":{"Seq":4,"Input":"full"}}\n${on10('a')}\n\n`);
+  await p.frame(`{"Frame":{"Seq":5,"Input":"full"}}\n${on10('a')}\n${on10('b')}\n\n`);
+  t.equal(claimed(), 2, 'gone, then back: told again');
+  t.equal(await p.end(), 0);
+});
+
 t.test('listeners that cannot be bound (past the open-file limit, every one, at every frame): the log and the ack stay bounded', async (t) => {
   // Addresses this test's network does not have: each bind fails at once (EADDRNOTAVAIL), nothing is sent.
   const many = Array.from({ length: 30 }, (_, i) => line(`s${i}`, { IPs: { ClusterIPs: { V4: [`192.0.2.${100 + i}`] } }, Ports: [{ Protocol: 1, Port: 80 }] }));
