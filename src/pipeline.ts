@@ -138,6 +138,13 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
       if (common.healthAddr !== undefined) servers.push(await serveMetrics(metrics, common.healthAddr, log, { endpoints: 'health', flag: '--health-addr' }));
     } catch (err) {
       for (const s of servers) await s.close();
+      // Our own --metrics-addr on the same port (`localhost:P` and `127.0.0.1:P`, `:P` and any address): say so,
+      // not "another process".
+      const { metricsAddr: m, healthAddr: h } = common;
+      const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
+      if (servers.length > 0 && code === 'EADDRINUSE' && m && h && 'port' in m && 'port' in h && m.port === h.port) {
+        throw new CalloutError('io', `--health-addr ${h.text}: cannot listen: --metrics-addr ${m.text} holds that port already (it serves /healthz and /readyz too): drop one or pick another port`, { cause: err });
+      }
       throw err;
     }
   }

@@ -3,6 +3,7 @@
  * no usage hint), --metrics-addr on loopback with --health-addr on every
  * interface, as the DaemonSet runs.
  */
+import { createServer, type AddressInfo } from 'node:net';
 import t from 'tap';
 import { heldPort } from '../helpers/ports.js';
 import { runBin } from '../helpers/bin-process.js';
@@ -33,6 +34,17 @@ t.test('bins: a port in use exits 1 without a usage hint; :PORT and --health-add
     t.notOk(p.stderr.some((l) => /--help/.test(l)), 'no usage hint');
     t.same(p.stdout, [], 'nothing printed');
   }
+  // Our own --metrics-addr on the port that --health-addr asks for (another spelling of an overlapping address):
+  // said so, not "another process".
+  const free = await new Promise<number>((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const fp = (s.address() as AddressInfo).port;
+      s.close(() => resolve(fp));
+    });
+  });
+  const both = runBin(t, 'kpng-json', ['replay', '--metrics-addr', `127.0.0.1:${free}`, '--health-addr', `:${free}`, 'fixtures/kpng-example.jsonl']);
+  t.equal(await both.done, 1);
+  t.match(both.stderr.filter((l) => !/^kpng-json info:/.test(l)), [`kpng-json: --health-addr :${free}: cannot listen: --metrics-addr 127.0.0.1:${free} holds that port already (it serves /healthz and /readyz too): drop one or pick another port`]);
   // --metrics-addr on loopback and --health-addr on every interface, as the DaemonSet runs.
   const p = runBin(t, 'kpng-json', ['replay', '--watch', '--metrics-addr', '127.0.0.1:0', '--health-addr', ':0', 'fixtures/kpng-example.jsonl']);
   const healthLine = await p.line('stderr', /serving \/healthz and \/readyz on http:\/\/\S+:\d+ \(every interface\)/);
