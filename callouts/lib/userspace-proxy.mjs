@@ -117,6 +117,7 @@ export class UserspaceProxy {
         this.listeners.set(key, l);
       }
       l.backend = b;
+      if (l.up && l.label !== want.label) log(`${where(l.host, l.port, l.proto)} now for ${want.label} (was ${l.label})`);
       l.label = want.label;
       l.routes = want.routes ? new Map(want.routes.map((r) => [r.host, { host: r.host, label: r.label, backend: backendFor(r.backend) }])) : undefined;
       if (l.proto === 'udp') this.pruneSessions(l);

@@ -390,6 +390,8 @@ await new Promise((resolve) => {
   c.on('error', () => {});
 });
 out.upstreamSaw = upstreamSaw;
+// The address and port go to another Service: the listener stays, the log says whose it is now.
+out.tcpFailed.push(...(await proxy.reconcile(new Map([[\`tcp 127.0.0.1 \${LT}\`, { ...listener('tcp', LT, [ep(up.address().port)]), label: 'other' }]]))));
 
 // UDP: two endpoints answering with their name; a client keeps its socket while the listener is re-bound
 // (shared with a NodePort, then no longer).
@@ -430,5 +432,6 @@ for (const u of Object.values(names)) u.close();
   t.equal(out.clientSaw, 'ECONNRESET', "the endpoint's reset reaches the client as a reset (a FIN would pass a cut stream off as complete)");
   t.equal(out.upstreamSaw, 'ECONNRESET', "the client's reset reaches the endpoint as a reset");
   t.same(out.replies, Array(3).fill(`A@${out.LU}`), 'the session keeps its endpoint across the re-binds; replies come from the listening port');
+  t.match(r.stderr, /userspace-proxy: 127\.0\.0\.1:\d+\/tcp now for other \(was svc\)/, 'a listener that changes hands says so');
 });
 
