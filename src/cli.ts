@@ -4,7 +4,7 @@
  * exit codes. The only module that exits.
  */
 import { CommanderError } from 'commander';
-import { CalloutError } from './errors.js';
+import { CalloutError, readerGone } from './errors.js';
 import type { CliIO, Tool } from './pipeline.js';
 import { buildProgram, type ErrorOutput } from './program.js';
 // Handled here before the pipeline runs and while our output drains at the end.
@@ -109,7 +109,7 @@ export async function main(tool: Tool, io: CliIO = { argv: process.argv, env: pr
   // Output that could not be written (a full disk) is a failure, unlike a reader that went away (EPIPE).
   const failed = (): void => {
     const err = (io.stdout as { errored?: NodeJS.ErrnoException | null }).errored;
-    if (!err || code !== 0 || err.code === 'EPIPE' || err.code === 'ECONNRESET' || err.code === 'ERR_STREAM_DESTROYED') return;
+    if (!err || code !== 0 || readerGone(err)) return;
     out.error(`stdout: ${err.message}`);
     code = 1;
   };

@@ -33,3 +33,12 @@ export class CalloutError extends Error {
 export function usageError(option: string, given: string, expected: string): CalloutError {
   return new CalloutError('usage', `${option} ${given}: ${expected}`);
 }
+
+/**
+ * A write that failed because its reader went away (a closed pipe, a reset
+ * socket, a stream we destroyed): no output was lost that anyone wanted.
+ */
+export function readerGone(err: { code?: string | undefined } | null | undefined): boolean {
+  const code = err?.code;
+  return code === 'EPIPE' || code === 'ECONNRESET' || code === 'ERR_STREAM_DESTROYED';
+}

@@ -4,7 +4,7 @@
  * Resolves with the exit status; never exits the process itself.
  */
 import { DEFAULTS } from './defaults.js';
-import { CalloutError } from './errors.js';
+import { CalloutError, readerGone } from './errors.js';
 import type { Logger } from './log.js';
 import type { Metrics } from './metrics/metrics.js';
 import type { MetricsServer } from './metrics/server.js';
@@ -173,7 +173,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   const onStdoutError = (err: NodeJS.ErrnoException): void => {
     if (stdoutClosed) return;
     stdoutClosed = true;
-    if (err.code !== 'EPIPE' && err.code !== 'ECONNRESET' && err.code !== 'ERR_STREAM_DESTROYED') {
+    if (!readerGone(err)) {
       // Output was lost (a full disk, EIO): a failure, unlike a reader that left.
       log.error(`stdout: ${err.message}; stopping`);
       stdoutFailed = true;

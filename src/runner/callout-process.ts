@@ -21,6 +21,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Writable } from 'node:stream';
 import { DEFAULTS } from '../defaults.js';
+import { readerGone } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import { inputFor, type Input } from '../changes.js';
 import type { State } from '../state.js';
@@ -226,7 +227,7 @@ export class CalloutProcess implements Callout {
   private writeInput(stdin: Writable, input: Input, run: number): void {
     // A callout that does not read its stdin (e.g. `true`) gives EPIPE: fine.
     stdin.on('error', (err: NodeJS.ErrnoException) => {
-      if (err.code === 'EPIPE' || err.code === 'ECONNRESET' || err.code === 'ERR_STREAM_DESTROYED') {
+      if (readerGone(err)) {
         this.log.debug('callout did not read all of its input', { run, code: err.code });
       } else this.log.warn(`writing to the callout's stdin: ${err.message}`, { run });
     });

@@ -211,13 +211,14 @@ async function watchOnce(opts: WatchFilesOptions, onRootGone?: () => void): Prom
         });
   const dirWatchers: DirWatcher[] = [];
   const pollers = new Map<string, StatsListener>();
-  if (polling) {
-    for (const abs of filePaths) {
-      const listener: StatsListener = () => onEvent('poll', abs);
-      watchFile(abs, { persistent: true, interval: pollMs }, listener);
-      pollers.set(abs, listener);
-    }
-  } else {
+  /** Polls a file by path (one stat per interval). */
+  const poll = (abs: string): void => {
+    const listener: StatsListener = () => onEvent('poll', abs);
+    watchFile(abs, { persistent: true, interval: pollMs }, listener);
+    pollers.set(abs, listener);
+  };
+  if (polling) filePaths.forEach(poll);
+  else {
     for (const [abs, d] of fileDirs) {
       try {
         const w = fsWatch(abs, { persistent: true }, (event, name) => {
@@ -234,12 +235,7 @@ async function watchOnce(opts: WatchFilesOptions, onRootGone?: () => void): Prom
         } else {
           // No events to be had (EMFILE, ENOSPC: the inotify limits; EACCES): poll its files by path instead.
           log.warn(`watch: ${abs}: ${errnoText(err)}: polling ${[...d.names].join(', ')} every ${pollMs} ms instead (raise fs.inotify.max_user_instances and max_user_watches, or use --watch-poll)`);
-          for (const n of d.names) {
-            const file = join(abs, n);
-            const listener: StatsListener = () => onEvent('poll', file);
-            watchFile(file, { persistent: true, interval: pollMs }, listener);
-            pollers.set(file, listener);
-          }
+          for (const n of d.names) poll(join(abs, n));
         }
       }
     }
