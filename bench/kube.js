@@ -35,6 +35,11 @@
 //                callout with the same stdin (kpng-json's output at 10k) and
 //                waits for its "x" (bench/lib.js handOverFloor).
 //                Clocks: process.hrtime (CLOCK_MONOTONIC) in both processes.
+//                --gap-ms N waits N ms before each change: changes paced
+//                like a live cluster's, which lets the daemon's idle
+//                collection (src/memory.ts, after 1 s of quiet) come between;
+//                the floor's spawns are paced the same (a machine idle for a
+//                second runs the next spawn slower: measured 9 ms against 7).
 //
 // Every child runs with NODE_OPTIONS unset. Per size, the CPU time other
 // processes used meanwhile is reported too (the machine may be shared). Prints
@@ -42,7 +47,7 @@
 // --label (a section with the same heading is replaced; other sections are
 // kept), e.g. `npm run bench:kube -- --label "after (issue 11)"`. Options:
 //   --sizes 1000,5000,10000,20000   --runs 3 (runs of (a) per size)
-//   --samples 200 (changes in (c))  --latency-at 10000   --idle-seconds 3   --settled-seconds 8
+//   --samples 200 (changes in (c))  --gap-ms 0 (before each change in (c))  --latency-at 10000   --idle-seconds 3   --settled-seconds 8
 //   --label "before (issue 11)"     --note TEXT (added to the section)   --no-record   --no-relist
 //   --bin-root DIR   measure DIR/bin/kpng-json and DIR/bin/kpng-callout (a built
 //                    checkout of another commit) instead of this checkout's
@@ -59,6 +64,7 @@ const SIZES = opt('--sizes', '1000,5000,10000,20000').split(',').map(Number);
 const RUNS = Number(opt('--runs', '3'));
 const SAMPLES = Number(opt('--samples', '200'));
 const LATENCY_AT = Number(opt('--latency-at', '10000'));
+const GAP_MS = Number(opt('--gap-ms', '0'));
 const IDLE_S = Number(opt('--idle-seconds', '3'));
 /** The second idle reading: after the daemon's later full collection (src/memory.ts: 1 s + 5.5 s after the last state). */
 const SETTLED_S = Number(opt('--settled-seconds', '8'));
@@ -310,6 +316,7 @@ async function latency(server, services, stdin) {
     for (let k = 0; k < SAMPLES; k++) {
       do i = (i + 7919) % services;
       while (!changeable(i));
+      if (GAP_MS > 0) await new Promise((r) => setTimeout(r, GAP_MS));
       server.send(`change ${i}`);
       const ev = await server.next((l) => l.startsWith('event '), 10_000, `waiting for the event of change ${k}`);
       const [, , , hr, watchers] = ev.split(' ');
@@ -324,7 +331,7 @@ async function latency(server, services, stdin) {
     // The floor, from a process of the daemon's size.
     const ballast = Buffer.alloc(Math.max(0, Math.round((daemonMem.rss - process.memoryUsage().rss / 2 ** 20) * 2 ** 20)), 1);
     const floorRss = process.memoryUsage().rss / 2 ** 20;
-    const floor = await handOverFloor([stdin], Math.min(SAMPLES, 200), { file: MARKER_CALLOUT, args: [], marker: true });
+    const floor = await handOverFloor([stdin], Math.min(SAMPLES, 200), { file: MARKER_CALLOUT, args: [], marker: true, gapMs: GAP_MS });
     ballast.fill(0);
     return { p50: quantile(times, 0.5), p99: quantile(times, 0.99), max: times[times.length - 1], floor, floorRss, daemonRss: daemonMem.rss, bytes: stdin.length };
   } finally {
@@ -363,7 +370,7 @@ try {
       const id = await idle(server);
       let l;
       if (n === LATENCY_AT) {
-        process.stderr.write(`  latency, ${SAMPLES} changes...\n`);
+        process.stderr.write(`  latency, ${SAMPLES} changes${GAP_MS > 0 ? ` ${GAP_MS} ms apart` : ''}...\n`);
         l = lat = { n, ...(await latency(server, n, runs[runs.length - 1].stdout)) };
       }
       const walls = runs.map((r) => r.wall).sort((a, b) => a - b);
@@ -411,7 +418,7 @@ const table = [
 const latTable = lat
   ? [
       '',
-      `| at ${lat.n.toLocaleString('en-US')} Services, \`--debounce 0\`, ${SAMPLES} changes | p50 | p99 | max |`,
+      `| at ${lat.n.toLocaleString('en-US')} Services, \`--debounce 0\`, ${SAMPLES} changes${GAP_MS > 0 ? ` ${GAP_MS} ms apart` : ''} | p50 | p99 | max |`,
       '|---|---:|---:|---:|',
       `| one EndpointSlice MODIFIED written → callout's marker at stdin EOF received | ${lat.p50.toFixed(1)} ms | ${lat.p99.toFixed(1)} ms | ${lat.max.toFixed(1)} ms |`,
       `| floor: spawn the same callout with the same ${(lat.bytes / 1e6).toFixed(1)} MB stdin from a ${mib(lat.floorRss)} process (the daemon: ${mib(lat.daemonRss)}) | ${lat.floor.p50.toFixed(1)} ms | ${lat.floor.p99.toFixed(1)} ms | |`,

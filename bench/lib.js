@@ -79,11 +79,13 @@ export const quantile = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.m
  * stdin (corked writes, as the runner does), with no source and no runner
  * around, `n` times. Each time is from spawn until stdin is written and
  * closed, or, with `marker`, until the program first writes to stdout (the
- * callout prints a marker at stdin EOF). Returns { p50, p99 } in ms.
+ * callout prints a marker at stdin EOF); `gapMs` waits before each spawn.
+ * Returns { p50, p99 } in ms.
  */
-export async function handOverFloor(lines, n, { file = 'dd', args = ['of=/dev/null', 'bs=1M', 'status=none'], marker = false } = {}) {
+export async function handOverFloor(lines, n, { file = 'dd', args = ['of=/dev/null', 'bs=1M', 'status=none'], marker = false, gapMs = 0 } = {}) {
   const times = [];
   for (let i = 0; i < n; i++) {
+    if (gapMs > 0) await new Promise((r) => setTimeout(r, gapMs));
     const t0 = process.hrtime.bigint();
     const child = spawn(file, args, { stdio: ['pipe', marker ? 'pipe' : 'ignore', 'ignore'], detached: true });
     const written = new Promise((res) => {

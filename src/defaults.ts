@@ -37,6 +37,8 @@ export const DEFAULTS = {
   logFormat: 'text' as 'text' | 'json',
   /** After a state, this long without another before a memory-reducing GC gives memory back (src/memory.ts). */
   idleGcQuietMs: 1000,
+  /** ...and only when the heap and its buffers grew this much (bytes; and by half) since the last such GC: after a burst, not each single change. */
+  idleGcMinGrowth: 8 * 2 ** 20,
   /** kube source: list/watch restart backoff (jittered, src/backoff.ts). */
   kubeRetryMinMs: 500,
   kubeRetryMaxMs: 30_000,

@@ -279,7 +279,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   }
   const mt = metrics;
   // Give back the heap a burst of ingest grew, once things are quiet (src/memory.ts).
-  const compactor = createIdleCompactor({ quietMs: DEFAULTS.idleGcQuietMs });
+  const compactor = createIdleCompactor({ quietMs: DEFAULTS.idleGcQuietMs, minGrowth: DEFAULTS.idleGcMinGrowth });
   const sink: StateSink = {
     push: (state, options) => {
       delivered = true;

@@ -1,4 +1,4 @@
-/** The idle compactor: a memory-reducing GC, then full ones, after each quiet period that follows new work. */
+/** The idle compactor: a memory-reducing GC, then full ones, after each quiet period that follows a burst of new work. */
 import t from 'tap';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createIdleCompactor, fullGc, reducingGc } from '../src/memory.js';
@@ -10,10 +10,14 @@ t.test('this Node lets us run a full GC without --expose-gc on the command line'
   gc?.();
 });
 
+const MIN_GROWTH = 1000;
+
 t.test('collects after a quiet period and once more for the young generation, not while pokes keep coming, never after stop', async (t) => {
   let collections = 0;
-  const c = createIdleCompactor({ quietMs: 40, youngQuietMs: 60, collect: () => collections++, collectFirst: () => collections++ });
+  let held = 0;
+  const c = createIdleCompactor({ quietMs: 40, youngQuietMs: 60, minGrowth: MIN_GROWTH, collect: () => collections++, collectFirst: () => collections++, footprint: () => held });
   for (let i = 0; i < 5; i++) {
+    held += MIN_GROWTH; // a burst
     c.poke();
     await sleep(10); // pokes closer together than the quiet time
   }
@@ -24,6 +28,7 @@ t.test('collects after a quiet period and once more for the young generation, no
   await pollUntil(() => collections === 3, 'the young-generation collections', 2000);
   await sleep(150);
   t.equal(collections, 3, 'three times per quiet period');
+  held += 10 * MIN_GROWTH;
   c.poke();
   await sleep(50);
   t.equal(collections, 4, 'a new quiet period: collected again');
@@ -31,6 +36,50 @@ t.test('collects after a quiet period and once more for the young generation, no
   c.stop();
   await sleep(200);
   t.equal(collections, 4, 'none after stop');
+});
+
+t.test('a quiet period collects only after the heap grew by half since the last collection, at least minGrowth', async (t) => {
+  const done: string[] = [];
+  let held = 100;
+  const c = createIdleCompactor({
+    quietMs: 20,
+    youngQuietMs: 10_000,
+    minGrowth: 30,
+    footprint: () => held,
+    // Collected: the footprint drops, as V8's does.
+    collectFirst: (collected) => {
+      done.push(`first at ${held}`);
+      held = 120;
+      collected?.();
+    },
+    collect: () => done.push('plain'),
+  });
+  t.teardown(() => c.stop());
+  const quiet = (): Promise<unknown> => sleep(80);
+  held = 140; // +40 from 100: under half of it
+  c.poke();
+  await quiet();
+  t.same(done, [], 'a trickle (+40 < 50): nothing');
+  held = 151; // +51 from 100
+  c.poke();
+  await quiet();
+  t.same(done, ['first at 151'], 'a burst (+51 >= 50): collected');
+  held = 155; // +35 from 120 (after the collection): over minGrowth, under half
+  c.poke();
+  await quiet();
+  t.same(done, ['first at 151'], 'measured from the footprint after the collection');
+  held = 200;
+  c.poke();
+  await quiet();
+  t.same(done, ['first at 151', 'first at 200'], 'another burst');
+});
+
+t.test('the memory-reducing collection calls back once collected', async (t) => {
+  let fell = 0;
+  await new Promise<void>((resolve) => reducingGc(() => fell++, true)?.(resolve));
+  t.equal(fell, 0, 'through the inspector, not the fallback');
+  await new Promise<void>((resolve) => reducingGc(() => fell++, false)?.(resolve));
+  t.equal(fell, 1, 'the fallback, then the callback');
 });
 
 t.test('the memory-reducing collection returns the young generation at once', async (t) => {
