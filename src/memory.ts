@@ -24,6 +24,14 @@
  * change in ten when changes came a second apart (p99 36 ms against 9 ms).
  * A trickle of small changes is left to V8's own incremental collector.
  *
+ * Sooner, a plain full collection after a burst, at the first moment we only
+ * wait (`waiting`: a callout runs with its whole input). Left to itself, V8
+ * finished collecting the ingest's garbage during the first changes after a
+ * first sync, in incremental steps of up to 12 ms and a 7 ms pause: 20-38 ms
+ * for the changes it met, against 7 ms (measured at 10,000 Services). Run
+ * while the callout reads, the same work (18-27 ms) meets nothing, or the
+ * one change that comes in meanwhile.
+ *
  * The plain collector is reached the way Node documents for code that cannot
  * set `--expose-gc` on its command line (our bins are started by npm shims,
  * containers and users): `v8.setFlagsFromString` then `vm.runInNewContext('gc')`.
@@ -103,6 +111,8 @@ export interface IdleCompactorOptions {
 export interface IdleCompactor {
   /** New work happened (a state arrived): collect after the next quiet period. */
   poke(): void;
+  /** We only wait now (a callout runs with its input): a plain full collection at once, if a burst grew the heap since the last one. */
+  waiting(): void;
   /** No more collections. */
   stop(): void;
 }
@@ -114,6 +124,9 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
   const held = options.footprint ?? footprint;
   const minGrowth = options.minGrowth;
   let since = held();
+  // The footprint after the last collection of any kind (a plain one does not give memory back: `since` stays).
+  let sinceAny = since;
+  const burst = (from: number): boolean => held() - from >= Math.max(minGrowth, from / 2);
   let timers: NodeJS.Timeout[] = [];
   let stopped = false;
   const clear = (): void => {
@@ -139,9 +152,9 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
         timers.push(timer);
       };
       after(options.quietMs, () => {
-        if (held() - since < Math.max(minGrowth, since / 2)) return;
+        if (!burst(since)) return;
         const collected = (): void => {
-          since = held();
+          since = sinceAny = held();
         };
         collectFirst?.(collected);
         // (A third time: V8's rate window does not always agree at the second, measured under load.)
@@ -156,6 +169,11 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
           });
         }
       });
+    },
+    waiting() {
+      if (stopped || !collect || !burst(sinceAny)) return;
+      collect();
+      sinceAny = held();
     },
     stop() {
       stopped = true;

@@ -197,6 +197,8 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
   }
 
   // Where each state goes: the printer, or the runner (now or debounced).
+  // Collect the garbage of a burst of ingest while a callout runs, give the heap back once things are quiet (src/memory.ts).
+  const compactor = createIdleCompactor({ quietMs: DEFAULTS.idleGcQuietMs, minGrowth: DEFAULTS.idleGcMinGrowth });
   let deliver: (state: State, options?: PushOptions) => void | Promise<void>;
   if (tool === 'kpng-json') {
     // --changes: each print is the change set from the last one (nothing when nothing changed).
@@ -250,7 +252,10 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
       stderr: io.stderr,
       stderrFormat: common.logFormat,
       logger: log,
-      onEvent: metrics?.onRunnerEvent.bind(metrics),
+      onEvent: (e) => {
+        if (e.type === 'input-written') compactor.waiting();
+        metrics?.onRunnerEvent(e);
+      },
     });
     const rn = runner;
     if (mode !== 'live' || common.once) {
@@ -278,8 +283,6 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
     }
   }
   const mt = metrics;
-  // Give back the heap a burst of ingest grew, once things are quiet (src/memory.ts).
-  const compactor = createIdleCompactor({ quietMs: DEFAULTS.idleGcQuietMs, minGrowth: DEFAULTS.idleGcMinGrowth });
   const sink: StateSink = {
     push: (state, options) => {
       delivered = true;

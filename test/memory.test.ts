@@ -74,6 +74,30 @@ t.test('a quiet period collects only after the heap grew by half since the last 
   t.same(done, ['first at 151', 'first at 200'], 'another burst');
 });
 
+t.test('waiting: a plain collection at once after a burst, once', async (t) => {
+  let plain = 0;
+  let first = 0;
+  let held = 100;
+  const c = createIdleCompactor({ quietMs: 60_000, minGrowth: 30, footprint: () => held, collect: () => plain++, collectFirst: () => first++ });
+  t.teardown(() => c.stop());
+  held = 140;
+  c.waiting();
+  t.equal(plain, 0, 'a trickle (+40 < 50): nothing');
+  held = 160;
+  c.waiting();
+  t.equal(plain, 1, 'a burst: collected at once');
+  c.waiting();
+  t.equal(plain, 1, 'measured from the footprint after it');
+  held = 250;
+  c.waiting();
+  t.equal(plain, 2, 'another burst');
+  t.equal(first, 0, 'the memory-reducing collection waits for a quiet period');
+  c.stop();
+  held = 1000;
+  c.waiting();
+  t.equal(plain, 2, 'none after stop');
+});
+
 t.test('the memory-reducing collection calls back once collected', async (t) => {
   let fell = 0;
   await new Promise<void>((resolve) => reducingGc(() => fell++, true)?.(resolve));

@@ -19,7 +19,7 @@
  * the plain ChildProcess.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import type { Writable } from 'node:stream';
+import { finished, type Writable } from 'node:stream';
 import { DEFAULTS } from '../defaults.js';
 import { readerGone } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
@@ -176,7 +176,7 @@ export class CalloutProcess implements Callout {
       group.kill();
     };
 
-    this.writeInput(child.stdin!, input, run);
+    const written = this.writeInput(child.stdin!, input, run);
     const outlets = this.getOutlets();
     const lines = new StderrLines(this.stderrFormat === 'json' ? jsonLineFormat(run, this.now) : textLineFormat(run));
     const output = new ChildOutput(child, { ...outlets, stderrLines: lines, pipeDrainMs: this.pipeDrainMs, logger: this.log, fields });
@@ -220,11 +220,11 @@ export class CalloutProcess implements Callout {
       }
     })();
 
-    return { run, done, terminate: () => terminate('stop'), kill };
+    return { run, done, written, terminate: () => terminate('stop'), kill };
   }
 
-  /** Writes the input's Buffers (cached lines), corked so that they go out as one writev. */
-  private writeInput(stdin: Writable, input: Input, run: number): void {
+  /** Writes the input's Buffers (cached lines), corked so that they go out as one writev; resolves once stdin is done with. */
+  private writeInput(stdin: Writable, input: Input, run: number): Promise<void> {
     // A callout that does not read its stdin (e.g. `true`) gives EPIPE: fine.
     stdin.on('error', (err: NodeJS.ErrnoException) => {
       if (readerGone(err)) {
@@ -235,6 +235,7 @@ export class CalloutProcess implements Callout {
     for (const chunk of input.chunks) stdin.write(chunk);
     stdin.uncork();
     stdin.end();
+    return new Promise((resolve) => finished(stdin, () => resolve()));
   }
 
   /** The outcome of a run whose callout exited (`status`) and whose group is gone. */

@@ -60,6 +60,8 @@ export interface InFlight {
   readonly run: number;
   /** Resolves (never rejects) once the run is over and nothing it started is left running. */
   readonly done: Promise<RunResult>;
+  /** Resolves (never rejects) once the input is handed over (stdin ended, or the callout stopped reading); a callout that has no such moment leaves it out. */
+  readonly written?: Promise<void>;
   /** We are stopping: SIGTERM now, SIGKILL after the kill grace; the result is `stopped`. */
   terminate(): void;
   /** SIGKILL now (the result is `stopped`). */

@@ -11,6 +11,8 @@ import type { RunReason, RunResult } from './callout.js';
 export type RunnerEvent =
   | { type: 'pending-changed'; pending: boolean; pendingSince?: number | undefined; at: number }
   | { type: 'run-started'; run: number; reason: RunReason; pendingSince?: number | undefined; at: number; services: number; bytes: number }
+  /** The run's input is handed over: until the callout ends, we only wait (a moment for work of our own). */
+  | { type: 'input-written'; run: number; at: number }
   | ({ type: 'run-finished'; reason: RunReason; pendingSince?: number | undefined; at: number } & RunResult)
   | { type: 'run-skipped'; reason: RunReason; pendingSince?: number | undefined; at: number }
   | { type: 'retry-scheduled'; run: number; attempt: number; delayMs: number; at: number };

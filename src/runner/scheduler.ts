@@ -370,6 +370,7 @@ export class Scheduler {
     const inputFull = !this.changes || previous === undefined;
     const inflight = this.callout.start({ run, state, reason, previous });
     this.current = inflight;
+    void inflight.written?.then(() => this.emit({ type: 'input-written', run, at: this.now() }));
     this.lostDuringRun = false;
     void inflight.done.then((r) => {
       this.current = undefined;

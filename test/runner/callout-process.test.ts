@@ -133,6 +133,23 @@ printf second`);
     const res2 = await run(big);
     t.equal(res2.result, 'ok');
   });
+  t.test('written: resolves once stdin is handed over, while the callout still runs', async (t) => {
+    const s = scripts.script(`cat > "$DIR/in"
+while [ ! -e "$DIR/go" ]; do sleep 0.01; done`);
+    const { start } = makeCallout({ file: s.file });
+    const state = st(...Array.from({ length: 500 }, (_, i) => `${i}`.padEnd(1000, 'z')));
+    const f = start(state);
+    let over = false;
+    void f.done.then(() => (over = true));
+    await f.written;
+    t.notOk(over, 'before the run is over');
+    writeFileSync(join(s.dir, 'go'), '');
+    t.equal((await f.done).result, 'ok');
+    t.equal(readFileSync(join(s.dir, 'in')).length, state.bytes, 'all of it was read');
+    const g = makeCallout({ file: '/bin/true' }).start(state);
+    await g.written;
+    t.equal((await g.done).result, 'ok', 'a callout that reads nothing: resolved too');
+  });
   t.test('empty state: empty stdin', async (t) => {
     const { run, out } = makeCallout({ file: '/bin/cat' });
     const res = await run({ lines: [], services: 0, endpoints: 0, bytes: 0 });

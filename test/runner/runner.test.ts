@@ -54,6 +54,22 @@ if [ "$KPNG_CALLOUT_RUN" = 1 ]; then while [ ! -e "$DIR/go" ]; do sleep 0.01; do
   await r.stop();
 });
 
+t.test('input-written: between run-started and run-finished, once the callout has its input', async (t) => {
+  const s = scripts.script(`cat > /dev/null
+while [ ! -e "$DIR/go" ]; do sleep 0.01; done`);
+  const { r, ev } = makeRunner({ file: s.file });
+  r.submit(st('s0'));
+  await ev.until('input-written', (e) => e.run === 1);
+  t.equal(ev.of('run-finished').length, 0, 'the callout still runs');
+  writeFileSync(join(s.dir, 'go'), '');
+  await r.idle();
+  t.same(
+    ev.list.filter((e) => e.type !== 'pending-changed').map((e) => e.type),
+    ['run-started', 'input-written', 'run-finished'],
+  );
+  await r.stop();
+});
+
 t.test('runNow waits for the in-flight run and goes before debounced states', async (t) => {
   const s = scripts.script(`cat > "$DIR/in.$KPNG_CALLOUT_RUN"
 if [ "$KPNG_CALLOUT_RUN" = 1 ]; then while [ ! -e "$DIR/go" ]; do sleep 0.01; done; fi`);
