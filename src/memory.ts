@@ -127,6 +127,8 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
   // The footprint after the last collection of any kind (a plain one does not give memory back: `since` stays).
   let sinceAny = since;
   const burst = (from: number): boolean => held() - from >= Math.max(minGrowth, from / 2);
+  // A burst collected while waiting: what it left still goes back once quiet.
+  let owed = false;
   let timers: NodeJS.Timeout[] = [];
   let stopped = false;
   const clear = (): void => {
@@ -152,7 +154,8 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
         timers.push(timer);
       };
       after(options.quietMs, () => {
-        if (!burst(since)) return;
+        if (!owed && !burst(since)) return;
+        owed = false;
         const collected = (): void => {
           since = sinceAny = held();
         };
@@ -174,6 +177,7 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
       if (stopped || !collect || !burst(sinceAny)) return;
       collect();
       sinceAny = held();
+      owed = true;
     },
     stop() {
       stopped = true;

@@ -74,7 +74,7 @@ t.test('a quiet period collects only after the heap grew by half since the last 
   t.same(done, ['first at 151', 'first at 200'], 'another burst');
 });
 
-t.test('waiting: a plain collection at once after a burst, once', async (t) => {
+t.test('waiting: a plain collection at once after a burst, once; the memory-reducing one still once quiet', async (t) => {
   let plain = 0;
   let first = 0;
   let held = 100;
@@ -96,6 +96,14 @@ t.test('waiting: a plain collection at once after a burst, once', async (t) => {
   held = 1000;
   c.waiting();
   t.equal(plain, 2, 'none after stop');
+  const d = createIdleCompactor({ quietMs: 20, youngQuietMs: 10_000, minGrowth: 30, footprint: () => held, collect: () => plain++, collectFirst: () => first++ });
+  held = 1600; // +600 from 1000
+  d.waiting();
+  held = 1000; // what the plain collection gave back: no burst left
+  d.poke();
+  await sleep(80);
+  d.stop();
+  t.equal(first, 1, 'once quiet, the memory-reducing collection still follows');
 });
 
 t.test('the memory-reducing collection calls back once collected', async (t) => {
