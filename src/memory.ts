@@ -29,8 +29,8 @@
  * finished collecting the ingest's garbage during the first changes after a
  * first sync, in incremental steps of up to 12 ms and a 7 ms pause: 20-38 ms
  * for the changes it met, against 7 ms (measured at 10,000 Services). Run
- * while the callout reads, the same work (18-27 ms) meets nothing, or the
- * one change that comes in meanwhile.
+ * while the callout reads, the same work (18-27 ms) delays only that run's
+ * output we pass on and end, and the one change that comes in meanwhile.
  *
  * The plain collector is reached the way Node documents for code that cannot
  * set `--expose-gc` on its command line (our bins are started by npm shims,
