@@ -47,7 +47,7 @@
 // --label (a section with the same heading is replaced; other sections are
 // kept), e.g. `npm run bench:kube -- --label "after (issue 11)"`. Options:
 //   --sizes 1000,5000,10000,20000   --runs 3 (runs of (a) per size)
-//   --samples 200 (changes in (c))  --gap-ms 0 (before each change in (c))  --latency-at 10000   --idle-seconds 3   --settled-seconds 8
+//   --samples 500 (changes in (c), and the floor's spawns)  --gap-ms 0 (before each change in (c))  --latency-at 10000   --idle-seconds 3   --settled-seconds 8
 //   --label "before (issue 11)"     --note TEXT (added to the section)   --no-record   --no-relist
 //   --bin-root DIR   measure DIR/bin/kpng-json and DIR/bin/kpng-callout (a built
 //                    checkout of another commit) instead of this checkout's
@@ -62,7 +62,7 @@ import { flag, handOverFloor, haveTime, machine, opt, otherProcessesCpu, quantil
 
 const SIZES = opt('--sizes', '1000,5000,10000,20000').split(',').map(Number);
 const RUNS = Number(opt('--runs', '3'));
-const SAMPLES = Number(opt('--samples', '200'));
+const SAMPLES = Number(opt('--samples', '500'));
 const LATENCY_AT = Number(opt('--latency-at', '10000'));
 const GAP_MS = Number(opt('--gap-ms', '0'));
 const IDLE_S = Number(opt('--idle-seconds', '3'));
@@ -331,7 +331,7 @@ async function latency(server, services, stdin) {
     // The floor, from a process of the daemon's size.
     const ballast = Buffer.alloc(Math.max(0, Math.round((daemonMem.rss - process.memoryUsage().rss / 2 ** 20) * 2 ** 20)), 1);
     const floorRss = process.memoryUsage().rss / 2 ** 20;
-    const floor = await handOverFloor([stdin], Math.min(SAMPLES, 200), { file: MARKER_CALLOUT, args: [], marker: true, gapMs: GAP_MS });
+    const floor = await handOverFloor([stdin], SAMPLES, { file: MARKER_CALLOUT, args: [], marker: true, gapMs: GAP_MS });
     ballast.fill(0);
     return { p50: quantile(times, 0.5), p99: quantile(times, 0.99), max: times[times.length - 1], floor, floorRss, daemonRss: daemonMem.rss, bytes: stdin.length };
   } finally {

@@ -39,6 +39,8 @@ export const DEFAULTS = {
   idleGcQuietMs: 1000,
   /** ...and only when the heap and its buffers grew this much (bytes; and by half) since the last such GC: after a burst, not each single change. */
   idleGcMinGrowth: 8 * 2 ** 20,
+  /** After the first sync: the heap may grow this much (%) over what a full collection kept before the next (src/memory.ts). */
+  steadyHeapGrowingPercent: 100,
   /** kube source: list/watch restart backoff (jittered, src/backoff.ts). */
   kubeRetryMinMs: 500,
   kubeRetryMaxMs: 30_000,

@@ -16,7 +16,7 @@ import type { PushOptions, Source, StateSink } from './source.js';
 import type { State } from './state.js';
 import { inputFor, type Input } from './changes.js';
 import { constants as osConstants } from 'node:os';
-import { createIdleCompactor } from './memory.js';
+import { createIdleCompactor, heapGrowing } from './memory.js';
 import { STOP_SIGNALS } from './signals.js';
 
 /** Which program is running: the callout runner or the JSON printer. */
@@ -198,7 +198,11 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
 
   // Where each state goes: the printer, or the runner (now or debounced).
   // Collect the garbage of a burst of ingest while a callout runs, give the heap back once things are quiet (src/memory.ts).
-  const compactor = createIdleCompactor({ quietMs: DEFAULTS.idleGcQuietMs, minGrowth: DEFAULTS.idleGcMinGrowth });
+  const compactor = createIdleCompactor({
+    quietMs: DEFAULTS.idleGcQuietMs,
+    minGrowth: DEFAULTS.idleGcMinGrowth,
+    steadyHeap: () => heapGrowing(DEFAULTS.steadyHeapGrowingPercent),
+  });
   let deliver: (state: State, options?: PushOptions) => void | Promise<void>;
   if (tool === 'kpng-json') {
     // --changes: each print is the change set from the last one (nothing when nothing changed).

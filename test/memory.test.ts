@@ -106,6 +106,32 @@ t.test('waiting: a plain collection at once after a burst, once; the memory-redu
   t.equal(first, 1, 'once quiet, the memory-reducing collection still follows');
 });
 
+t.test('steadyHeap: once, at the first waiting, before its collection', async (t) => {
+  const calls: string[] = [];
+  let held = 100;
+  const c = createIdleCompactor({ quietMs: 60_000, minGrowth: 30, footprint: () => held, collect: () => calls.push('collect'), steadyHeap: () => calls.push('steady') });
+  t.teardown(() => c.stop());
+  held = 200;
+  c.waiting();
+  held = 400;
+  c.waiting();
+  t.same(calls, ['steady', 'collect', 'collect']);
+});
+
+t.test('heapGrowing sets a flag this V8 knows', async (t) => {
+  const { spawnSync } = await import('node:child_process');
+  const script = `
+    import { heapGrowing } from ${JSON.stringify(new URL('../dist/memory.js', import.meta.url).href)};
+    heapGrowing(100);
+    const keep = [];
+    for (let i = 0; i < 200000; i++) keep.push({ i });
+    console.log(keep.length);
+  `;
+  const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 20_000 });
+  t.equal(r.stderr, '', 'V8 says nothing (an unknown flag is "Error: unrecognized flag" on stderr)');
+  t.equal(r.stdout.trim(), '200000');
+});
+
 t.test('the memory-reducing collection calls back once collected', async (t) => {
   let fell = 0;
   await new Promise<void>((resolve) => reducingGc(() => fell++, true)?.(resolve));
