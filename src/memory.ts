@@ -16,16 +16,17 @@
  * full collection (~50 ms) left 164-167 MiB until V8 shrank its young
  * generation (32 MB after the ingest) by itself, ~5.5 s later.
  *
- * Only after a burst: a quiet period collects only when the heap and its
- * buffers grew by half since the last collection (or the start), and by at
- * least `minGrowth`. A collection at 10,000 Services blocks for 40-60 ms (two
+ * Only after a burst: a quiet period collects only when the heap (committed)
+ * and its buffers grew by half since the last such collection (or the
+ * start), and by at least `minGrowth`. A collection at 10,000 Services blocks for 40-60 ms (two
  * compacting passes, measured), and a change that arrives meanwhile waits for
  * it: collecting after every single-slice change put that wait into about one
  * change in ten when changes came a second apart (p99 36 ms against 9 ms).
  * A trickle of small changes is left to V8's own incremental collector.
  *
- * Sooner, a plain full collection after a burst, at the first moment we only
- * wait (`waiting`: a callout runs with its whole input). Left to itself, V8
+ * Sooner, a plain full collection after a burst (the heap's used part grew
+ * so), at the first moment we only wait (`waiting`: a callout runs with its
+ * whole input). Left to itself, V8
  * finished collecting the ingest's garbage during the first changes after a
  * first sync, in incremental steps of up to 12 ms and a 7 ms pause: 20-38 ms
  * for the changes it met, against 7 ms (measured at 10,000 Services). Run
@@ -93,15 +94,21 @@ export function reducingGc(fallback: (() => void) | undefined = fullGc(), hasIns
 
 /**
  * What the heap (but its young generation) and the buffers outside it take
- * now (bytes): what a burst leaves for a full collection. The young
- * generation is left out: it regrows by itself after a memory-reducing
- * collection gave it back (to 16-32 MB at the next few changes), which is no
- * burst.
+ * now (bytes): `committed`, what a memory-reducing collection can give back,
+ * and `used`, what a full collection can free or keep. The young generation
+ * is left out: it regrows by itself after a memory-reducing collection gave
+ * it back (to 16-32 MB at the next few changes), which is no burst.
  */
-export function footprint(): number {
-  let bytes = getHeapStatistics().external_memory;
-  for (const space of getHeapSpaceStatistics()) if (space.space_name !== 'new_space') bytes += space.space_size;
-  return bytes;
+export function footprint(): { committed: number; used: number } {
+  const external = getHeapStatistics().external_memory;
+  let committed = external;
+  let used = external;
+  for (const space of getHeapSpaceStatistics()) {
+    if (space.space_name === 'new_space') continue;
+    committed += space.space_size;
+    used += space.space_used_size;
+  }
+  return { committed, used };
 }
 
 /** Lets V8's heap grow to (1 + percent/100) times what each full collection kept, from now on. */
@@ -119,12 +126,12 @@ export interface IdleCompactorOptions {
   collect?: (() => void) | undefined;
   /** Quiet time after the first collection before the second, which shrinks the young generation (ms). Default {@link YOUNG_QUIET_MS}. */
   youngQuietMs?: number | undefined;
-  /** The least growth of `footprint` since the last collection that is worth one, bytes (half the footprint then, if more): a burst, not a trickle of single changes. */
+  /** The least growth of the footprint (committed once quiet, used when `waiting`) since the last collection that is worth one, bytes (half the footprint then, if more): a burst, not a trickle of single changes. */
   minGrowth: number;
   /** Called once, at the first `waiting` (before its collection, which sets the next limit): the steady state's heap settings. */
   steadyHeap?: (() => void) | undefined;
   /** Bytes held now (default: {@link footprint}; tests). */
-  footprint?: (() => number) | undefined;
+  footprint?: (() => { committed: number; used: number }) | undefined;
   /** Timers (tests). */
   setTimeout?: ((fn: () => void, ms: number) => NodeJS.Timeout) | undefined;
 }
@@ -145,10 +152,10 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
   const set = options.setTimeout ?? setTimeout;
   const held = options.footprint ?? footprint;
   const minGrowth = options.minGrowth;
-  let since = held();
-  // The footprint after the last collection of any kind (a plain one does not give memory back: `since` stays).
-  let sinceAny = since;
-  const burst = (from: number): boolean => held() - from >= Math.max(minGrowth, from / 2);
+  // Committed after the last memory-reducing collection, and used after the last collection of any kind.
+  let since = held().committed;
+  let sinceAny = held().used;
+  const grown = (now: number, from: number): boolean => now - from >= Math.max(minGrowth, from / 2);
   // A burst collected while waiting: what it left still goes back once quiet.
   let owed = false;
   let steadyHeap = options.steadyHeap;
@@ -177,10 +184,10 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
         timers.push(timer);
       };
       after(options.quietMs, () => {
-        if (!owed && !burst(since)) return;
+        if (!owed && !grown(held().committed, since)) return;
         owed = false;
         const collected = (): void => {
-          since = sinceAny = held();
+          ({ committed: since, used: sinceAny } = held());
         };
         collectFirst?.(collected);
         // (A third time: V8's rate window does not always agree at the second, measured under load.)
@@ -200,9 +207,9 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
       if (stopped) return;
       steadyHeap?.();
       steadyHeap = undefined;
-      if (!collect || !burst(sinceAny)) return;
+      if (!collect || !grown(held().used, sinceAny)) return;
       collect();
-      sinceAny = held();
+      sinceAny = held().used;
       owed = true;
     },
     stop() {

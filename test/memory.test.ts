@@ -15,7 +15,7 @@ const MIN_GROWTH = 1000;
 t.test('collects after a quiet period and once more for the young generation, not while pokes keep coming, never after stop', async (t) => {
   let collections = 0;
   let held = 0;
-  const c = createIdleCompactor({ quietMs: 40, youngQuietMs: 60, minGrowth: MIN_GROWTH, collect: () => collections++, collectFirst: () => collections++, footprint: () => held });
+  const c = createIdleCompactor({ quietMs: 40, youngQuietMs: 60, minGrowth: MIN_GROWTH, collect: () => collections++, collectFirst: () => collections++, footprint: () => ({ committed: held, used: held }) });
   for (let i = 0; i < 5; i++) {
     held += MIN_GROWTH; // a burst
     c.poke();
@@ -45,7 +45,7 @@ t.test('a quiet period collects only after the heap grew by half since the last 
     quietMs: 20,
     youngQuietMs: 10_000,
     minGrowth: 30,
-    footprint: () => held,
+    footprint: () => ({ committed: held, used: held }),
     // Collected: the footprint drops, as V8's does.
     collectFirst: (collected) => {
       done.push(`first at ${held}`);
@@ -78,7 +78,7 @@ t.test('waiting: a plain collection at once after a burst, once; the memory-redu
   let plain = 0;
   let first = 0;
   let held = 100;
-  const c = createIdleCompactor({ quietMs: 60_000, minGrowth: 30, footprint: () => held, collect: () => plain++, collectFirst: () => first++ });
+  const c = createIdleCompactor({ quietMs: 60_000, minGrowth: 30, footprint: () => ({ committed: held, used: held }), collect: () => plain++, collectFirst: () => first++ });
   t.teardown(() => c.stop());
   held = 140;
   c.waiting();
@@ -96,7 +96,7 @@ t.test('waiting: a plain collection at once after a burst, once; the memory-redu
   held = 1000;
   c.waiting();
   t.equal(plain, 2, 'none after stop');
-  const d = createIdleCompactor({ quietMs: 20, youngQuietMs: 10_000, minGrowth: 30, footprint: () => held, collect: () => plain++, collectFirst: () => first++ });
+  const d = createIdleCompactor({ quietMs: 20, youngQuietMs: 10_000, minGrowth: 30, footprint: () => ({ committed: held, used: held }), collect: () => plain++, collectFirst: () => first++ });
   held = 1600; // +600 from 1000
   d.waiting();
   held = 1000; // what the plain collection gave back: no burst left
@@ -109,7 +109,7 @@ t.test('waiting: a plain collection at once after a burst, once; the memory-redu
 t.test('steadyHeap: once, at the first waiting, before its collection', async (t) => {
   const calls: string[] = [];
   let held = 100;
-  const c = createIdleCompactor({ quietMs: 60_000, minGrowth: 30, footprint: () => held, collect: () => calls.push('collect'), steadyHeap: () => calls.push('steady') });
+  const c = createIdleCompactor({ quietMs: 60_000, minGrowth: 30, footprint: () => ({ committed: held, used: held }), collect: () => calls.push('collect'), steadyHeap: () => calls.push('steady') });
   t.teardown(() => c.stop());
   held = 200;
   c.waiting();
