@@ -142,6 +142,8 @@ export interface IdleCompactor {
   poke(): void;
   /** We only wait now (a callout runs with its input): a plain full collection at once, if a burst grew the heap since the last one. */
   waiting(): void;
+  /** A source did a burst of work (read a whole list), whatever state it gave: the memory-reducing collection after the next quiet period, grown or not. */
+  burst(): void;
   /** No more collections. */
   stop(): void;
 }
@@ -156,7 +158,7 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
   let since = held().committed;
   let sinceAny = held().used;
   const grown = (now: number, from: number): boolean => now - from >= Math.max(minGrowth, from / 2);
-  // A burst collected while waiting: what it left still goes back once quiet.
+  // A burst collected while waiting, or told (`burst`): what it left still goes back once quiet.
   let owed = false;
   let steadyHeap = options.steadyHeap;
   let timers: NodeJS.Timeout[] = [];
@@ -202,6 +204,10 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
           });
         }
       });
+    },
+    burst() {
+      owed = true;
+      this.poke();
     },
     waiting() {
       if (stopped) return;

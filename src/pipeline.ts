@@ -296,7 +296,7 @@ export async function runPipeline(spec: PipelineSpec, io: CliIO): Promise<number
       return deliver(state, options);
     },
     status: mt ? (st) => mt.onSourceStatus(st) : undefined,
-    worked: () => compactor.poke(),
+    worked: () => compactor.burst(),
   };
 
   let failure: unknown;

@@ -106,6 +106,21 @@ t.test('waiting: a plain collection at once after a burst, once; the memory-redu
   t.equal(first, 1, 'once quiet, the memory-reducing collection still follows');
 });
 
+t.test('burst: the memory-reducing collection once quiet, however little the footprint grew', async (t) => {
+  let first = 0;
+  const c = createIdleCompactor({ quietMs: 20, youngQuietMs: 10_000, minGrowth: 30, footprint: () => ({ committed: 100, used: 100 }), collect: () => {}, collectFirst: () => first++ });
+  t.teardown(() => c.stop());
+  c.poke();
+  await sleep(80);
+  t.equal(first, 0, 'a state, nothing grown: nothing');
+  c.burst();
+  await sleep(80);
+  t.equal(first, 1, 'a burst: collected');
+  c.poke();
+  await sleep(80);
+  t.equal(first, 1, 'owed once');
+});
+
 t.test('steadyHeap: once, at the first waiting, before its collection', async (t) => {
   const calls: string[] = [];
   let held = 100;
