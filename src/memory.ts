@@ -155,8 +155,7 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
   const held = options.footprint ?? footprint;
   const minGrowth = options.minGrowth;
   // Committed after the last memory-reducing collection, and used after the last collection of any kind.
-  let since = held().committed;
-  let sinceAny = held().used;
+  let { committed: since, used: sinceAny } = held();
   const grown = (now: number, from: number): boolean => now - from >= Math.max(minGrowth, from / 2);
   // A burst collected while waiting, or told (`burst`): what it left still goes back once quiet.
   let owed = false;
@@ -167,47 +166,48 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
     for (const t of timers) clearTimeout(t);
     timers = [];
   };
-  return {
-    poke() {
-      if (stopped || !collect) return;
-      clear();
-      // Once quiet: the memory-reducing collection. Again, plain, once V8
-      // has seen YOUNG_QUIET_MS without allocation: then even a plain
-      // collection shrinks the young generation (measured: V8 11 shrinks it
-      // when the last 5 s allocated under 1 KB/ms), should the first not
-      // have (no inspector in this Node).
-      const young = options.youngQuietMs ?? YOUNG_QUIET_MS;
-      const after = (ms: number, fn: () => void): void => {
-        const timer = set(() => {
-          if (!stopped) fn();
-        }, ms);
-        // Never what keeps the process alive.
-        timer.unref?.();
-        timers.push(timer);
+  const poke = (): void => {
+    if (stopped || !collect) return;
+    clear();
+    // Once quiet: the memory-reducing collection. Again, plain, once V8
+    // has seen YOUNG_QUIET_MS without allocation: then even a plain
+    // collection shrinks the young generation (measured: V8 11 shrinks it
+    // when the last 5 s allocated under 1 KB/ms), should the first not
+    // have (no inspector in this Node).
+    const young = options.youngQuietMs ?? YOUNG_QUIET_MS;
+    const after = (ms: number, fn: () => void): void => {
+      const timer = set(() => {
+        if (!stopped) fn();
+      }, ms);
+      // Never what keeps the process alive.
+      timer.unref?.();
+      timers.push(timer);
+    };
+    after(options.quietMs, () => {
+      if (!owed && !grown(held().committed, since)) return;
+      owed = false;
+      const collected = (): void => {
+        ({ committed: since, used: sinceAny } = held());
       };
-      after(options.quietMs, () => {
-        if (!owed && !grown(held().committed, since)) return;
-        owed = false;
-        const collected = (): void => {
-          ({ committed: since, used: sinceAny } = held());
-        };
-        collectFirst?.(collected);
-        // (A third time: V8's rate window does not always agree at the second, measured under load.)
-        for (const ms of [young, 2 * young]) {
-          after(ms, () => {
-            // A rate of exactly 0 counts as unknown, not low (V8): allocate a
-            // little, so that a process that allocated nothing at all since
-            // the first collection is seen as idle too.
-            sink.nudge = new Array<number>(64).fill(ms);
-            collect();
-            collected();
-          });
-        }
-      });
-    },
+      collectFirst?.(collected);
+      // (A third time: V8's rate window does not always agree at the second, measured under load.)
+      for (const ms of [young, 2 * young]) {
+        after(ms, () => {
+          // A rate of exactly 0 counts as unknown, not low (V8): allocate a
+          // little, so that a process that allocated nothing at all since
+          // the first collection is seen as idle too.
+          sink.nudge = new Array<number>(64).fill(ms);
+          collect();
+          collected();
+        });
+      }
+    });
+  };
+  return {
+    poke,
     burst() {
       owed = true;
-      this.poke();
+      poke();
     },
     waiting() {
       if (stopped) return;

@@ -36,6 +36,9 @@ import type { Logger } from '../../log.js';
 import { isFixtureName } from '../fixture.js';
 import { errnoText } from './fixtures.js';
 
+/** What to do when the inotify limits (EMFILE, ENOSPC) leave a directory without events. */
+const INOTIFY_HINT = '(raise fs.inotify.max_user_instances and max_user_watches, or use --watch-poll)';
+
 /**
  * chokidar drops a file's 'change' events for 50 ms after one it reported
  * (and its raw events for 5 ms): a save right after another is seen only by
@@ -234,7 +237,7 @@ async function watchOnce(opts: WatchFilesOptions, onRootGone?: () => void): Prom
           log.debug(`watch: ${abs}: ${errnoText(err)}`);
         } else {
           // No events to be had (EMFILE, ENOSPC: the inotify limits; EACCES): poll its files by path instead.
-          log.warn(`watch: ${abs}: ${errnoText(err)}: polling ${[...d.names].join(', ')} every ${pollMs} ms instead (raise fs.inotify.max_user_instances and max_user_watches, or use --watch-poll)`);
+          log.warn(`watch: ${abs}: ${errnoText(err)}: polling ${[...d.names].join(', ')} every ${pollMs} ms instead ${INOTIFY_HINT}`);
           for (const n of d.names) poll(join(abs, n));
         }
       }
@@ -260,7 +263,7 @@ async function watchOnce(opts: WatchFilesOptions, onRootGone?: () => void): Prom
   watcher?.on('error', (err) => {
     const code = (err as NodeJS.ErrnoException).code;
     // The inotify limits: this directory goes unwatched; polling needs no inotify.
-    const hint = code === 'EMFILE' || code === 'ENOSPC' ? ' (raise fs.inotify.max_user_instances and max_user_watches, or use --watch-poll)' : '';
+    const hint = code === 'EMFILE' || code === 'ENOSPC' ? ` ${INOTIFY_HINT}` : '';
     log.warn(`watch: ${(err as Error).message}${hint}`);
   });
 
