@@ -47,7 +47,9 @@ while IFS= read -r header; do
     closeexit) exec 3>&-; sleep 0.05; exit 3 ;;
     okexit) echo ok >&3; exit 0 ;;
     eofexit) cat > /dev/null; echo "eof seen" >&2; echo ok >&3; exit 0 ;;
-    closein) exec 0<&-; echo ok >&3; sleep 1000 ;;
+    # The grandchild forked above holds our stdin until it has run far enough to swap it for /dev/null (a
+    # loaded machine may not have run it yet): a frame written before then goes into the socket unread.
+    closein) exec 0<&-; g=$(cat "$DIR/gpid"); until [ "$(readlink "/proc/$g/fd/0")" = /dev/null ]; do sleep 0.01; done; echo ok >&3; sleep 1000 ;;
     *) echo "$a" >&3 ;;
   esac
 done
