@@ -221,7 +221,8 @@ t.test('the runner: a callout that dies between frames is restarted with the new
   await pollUntil(() => /Seq":2/.test(readFileSync(join(s.dir, 'frames'), 'utf8')), 'frame 2 saved');
   const pid = Number(readFileSync(join(s.dir, 'pid'), 'utf8'));
   process.kill(pid, 'SIGKILL');
-  await pollUntil(() => /"Seq":3,"Input":"full"/.test(readFileSync(join(s.dir, 'frames'), 'utf8')), 'frame 3, full, to a new process');
+  // The reader saves a frame line by line: wait for its end (--), then look at the whole of it.
+  await pollUntil(() => /"Seq":3,"Input":"full"\}\}\n(?:.*\n)*?--\n/.test(readFileSync(join(s.dir, 'frames'), 'utf8')), 'frame 3, full, to a new process');
   t.match(readFileSync(join(s.dir, 'frames'), 'utf8'), /"Seq":3,"Input":"full"\}\}\n\{"Service":\{"Namespace":"n","Name":"a"\},"Endpoints":null\}\n\{"Service":\{"Namespace":"n","Name":"b"/);
   await r.stop();
 });
