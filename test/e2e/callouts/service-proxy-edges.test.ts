@@ -180,10 +180,14 @@ t.test('service-proxy-iptables DRY_RUN: who owns a destination, bad numbers, a l
   t.match(b.stdout, /DNAT --to-destination 198\.51\.100\.1:84/);
   t.notMatch(b.stdout, /--dport (80|81|82) /);
 
-  for (const line of ['[]', '{}', '42', '{"Service":"x"}']) {
+  for (const line of ['[]', '{}', '42', '{"Service":"x"}', '{"Service":null}']) {
     const x = await run(IPT, `${line}\n`, { DRY_RUN: '1' });
     t.equal(x.code, 1, `${line}: invalid input, exit 1`);
     t.match(x.stderr, /cannot read the state/);
+    // Anywhere, not only last (jq 1.6 run once per line reports only the last line's error).
+    const first = await run(IPT, `${line}\n${lines(svc('a', 'cc', '192.0.2.50', { eps: ['198.51.100.1'] }))}`, { DRY_RUN: '1' });
+    t.equal(first.code, 1, `${line} before a Service: invalid input, exit 1`);
+    t.equal(first.stdout, '', 'nothing printed');
   }
 });
 

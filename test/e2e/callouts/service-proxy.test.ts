@@ -255,7 +255,7 @@ for (const c of CALLOUTS) {
     if (!applied) return; // the rest needs the first state in place
 
     await t.test('invalid JSON: exit non-zero, rules untouched', async (t) => {
-      for (const bad of ['{"Service":\n', STATE1 + 'not json\n']) {
+      for (const bad of ['{"Service":\n', STATE1 + 'not json\n', '{"Service":null}\n' + STATE1, '[1,2,3]\n' + STATE1]) {
         const r = await lab.direct(c.path, bad);
         t.not(r.code, 0, `exits non-zero on ${JSON.stringify(bad.slice(-12))}`);
         t.equal(await ruleset(lab, c), R1, 'the ruleset is unchanged');
