@@ -25,7 +25,7 @@ import { readerGone } from '../errors.js';
 import { silentLogger, type Logger } from '../log.js';
 import { inputFor, type Input } from '../changes.js';
 import type { State } from '../state.js';
-import { calloutEnv, type Callout, type InFlight, type RunRequest, type RunResult } from './callout.js';
+import { calloutBaseEnv, type Callout, type InFlight, type RunRequest, type RunResult } from './callout.js';
 import { spawnErrorMessage } from './callout-check.js';
 import { ChildOutput } from './child-output.js';
 import { calloutOutlets, type Outlet } from './outlet.js';
@@ -92,6 +92,7 @@ export class CalloutProcess implements Callout {
   private readonly file: string;
   private readonly args: string[];
   private readonly nodeName: string;
+  /** The callout's base environment, copied once (see calloutBaseEnv). */
   private readonly baseEnv: NodeJS.ProcessEnv;
   private readonly timeoutMs: number;
   private readonly killGraceMs: number;
@@ -109,7 +110,7 @@ export class CalloutProcess implements Callout {
     this.file = options.file;
     this.args = options.args ?? [];
     this.nodeName = options.nodeName;
-    this.baseEnv = options.env ?? process.env;
+    this.baseEnv = calloutBaseEnv(options.env ?? process.env);
     this.timeoutMs = Math.max(0, options.timeoutMs ?? DEFAULTS.timeoutMs);
     this.killGraceMs = Math.max(0, options.killGraceMs ?? DEFAULTS.killGraceMs);
     this.pipeDrainMs = Math.max(1, options.pipeDrainMs ?? PIPE_DRAIN_MS);
@@ -125,7 +126,7 @@ export class CalloutProcess implements Callout {
   start({ run, state, previous }: RunRequest): InFlight {
     const started = this.now();
     const input = inputFor(state, this.changes ? previous : undefined);
-    const env = calloutEnv(this.baseEnv, { KPNG_CALLOUT_RUN: String(run), KPNG_NODE_NAME: this.nodeName, ...(this.changes ? { KPNG_CALLOUT_INPUT: input.kind } : {}) });
+    const env: NodeJS.ProcessEnv = { ...this.baseEnv, KPNG_CALLOUT_RUN: String(run), KPNG_NODE_NAME: this.nodeName, ...(this.changes ? { KPNG_CALLOUT_INPUT: input.kind } : {}) };
     const spawnFailed = (err: NodeJS.ErrnoException): RunResult => {
       const r: RunResult = { run, result: 'spawn-error', durationMs: Math.max(0, this.now() - started), message: spawnErrorMessage(this.file, err, env) };
       if (err.code) r.errorCode = err.code;
