@@ -162,9 +162,18 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
   let steadyHeap = options.steadyHeap;
   let timers: NodeJS.Timeout[] = [];
   let stopped = false;
+  const young = options.youngQuietMs ?? YOUNG_QUIET_MS;
   const clear = (): void => {
     for (const t of timers) clearTimeout(t);
     timers = [];
+  };
+  const after = (ms: number, fn: () => void): void => {
+    const timer = set(() => {
+      if (!stopped) fn();
+    }, ms);
+    // Never what keeps the process alive.
+    timer.unref?.();
+    timers.push(timer);
   };
   const poke = (): void => {
     if (stopped || !collect) return;
@@ -174,15 +183,6 @@ export function createIdleCompactor(options: IdleCompactorOptions): IdleCompacto
     // collection shrinks the young generation (measured: V8 11 shrinks it
     // when the last 5 s allocated under 1 KB/ms), should the first not
     // have (no inspector in this Node).
-    const young = options.youngQuietMs ?? YOUNG_QUIET_MS;
-    const after = (ms: number, fn: () => void): void => {
-      const timer = set(() => {
-        if (!stopped) fn();
-      }, ms);
-      // Never what keeps the process alive.
-      timer.unref?.();
-      timers.push(timer);
-    };
     after(options.quietMs, () => {
       if (!owed && !grown(held().committed, since)) return;
       owed = false;
