@@ -13,7 +13,15 @@
 //                    full frame, then --frames change frames (the endpoint moved, moved back...):
 //                    the time from writing a frame to its acknowledgement on fd 3, median and max.
 // Times are wall-clock seconds of one callout run (stdin fed from memory),
-// the median of --runs runs (a fresh namespace each). No packet is sent: the
+// the median of --runs runs (a fresh namespace each). Floors, measured in the
+// same run (--no-floors: not), the least any callout of this kind pays for the
+// same state, whatever its planning: jq reading it (`jq empty`), and `nft -f`
+// of a bare table holding only its endpoints in one map, keyed three ways: per
+// destination (as service-proxy-nft keys them: each ClusterIP and ExternalIP
+// its own elements), per Service port (destination -> an id, id . index ->
+// endpoint: what a carrier for the id would allow), and per Service (id . index
+// -> endpoint address, Service id . port -> target port: when all its ports
+// share the endpoints and their target ports). No packet is sent: the
 // Service addresses come from 198.18.0.0/16 and the endpoints from
 // 198.19.0.0/16 (RFC 2544 benchmarking range: the documentation ranges hold
 // 768 IPv4 addresses, 20,000 Service addresses do not fit), the moved
@@ -23,15 +31,17 @@
 // and machine. Needs root, `ip netns`, nft, jq; exits 0 saying why when not.
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { machine, opt, root, runDate } from './lib.js';
+import { flag, machine, opt, root, runDate } from './lib.js';
 
 const SIZES = opt('--sizes', '1000,10000').split(',').map(Number);
 const RUNS = Number(opt('--runs', '3'));
 const LIMIT_S = Number(opt('--limit', '300'));
 const FRAMES = Number(opt('--frames', '30'));
+const FLOORS = !flag('--no-floors');
 
 const IMPLS = [
   { name: 'service-proxy-nft', path: join(root, 'callouts/service-proxy-nft'), changes: true },
@@ -128,10 +138,90 @@ async function persistentRun(ns, impl, base, changeSets, frames) {
   }
 }
 
+/**
+ * The bare-table scripts of the floors for n Services of line()'s shape: only the
+ * endpoint elements, in one transaction (see the header).
+ */
+function floorScripts(n) {
+  const ports = [
+    [80, 8080],
+    [443, 8443],
+  ];
+  const ep = (i, j) => ip(19, ((i * 10 + j) % 65534) + 1);
+  const dests = (i) => [ip(18, i + 1), ip(18, 32768 + i + 1)];
+  const table = (decls) => `table inet kpspn_floor {\n${decls.map((d) => `\tmap ${d[0]} {\n\t\ttype ${d[1]}\n\t}\n`).join('')}}\n`;
+  const add = (map, els) => `add element inet kpspn_floor ${map} {\n${els.join(',\n')}\n}\n`;
+  const perDest = [];
+  const destPort = [];
+  const destService = [];
+  const perPort = [];
+  const perService = [];
+  const targets = [];
+  for (let i = 0; i < n; i++) {
+    ports.forEach(([port, target], p) => {
+      const id = i * 2 + p + 1;
+      for (const d of dests(i)) {
+        destPort.push(`\t${d} . tcp . ${port} : ${id}`);
+        destService.push(`\t${d} . tcp . ${port} : ${i + 1}`);
+        for (let j = 0; j < 10; j++) perDest.push(`\t${d} . tcp . ${port} . ${j} : ${ep(i, j)} . ${target}`);
+      }
+      for (let j = 0; j < 10; j++) perPort.push(`\t${id} . ${j} : ${ep(i, j)} . ${target}`);
+      targets.push(`\t${i + 1} . ${port} : ${target}`);
+    });
+    for (let j = 0; j < 10; j++) perService.push(`\t${i + 1} . ${j} : ${ep(i, j)}`);
+  }
+  const dest = 'ipv4_addr . inet_proto . inet_service';
+  return {
+    'per destination': table([['ep', `${dest} . mark : ipv4_addr . inet_service`]]) + add('ep', perDest),
+    'per Service port': table([['dest', `${dest} : mark`], ['ep', 'mark . mark : ipv4_addr . inet_service']]) + add('dest', destPort) + add('ep', perPort),
+    // the target port then comes from a map of its own, per Service port
+    'per Service': table([['dest', `${dest} : mark`], ['ep', 'mark . mark : ipv4_addr'], ['port', 'mark . inet_service : inet_service']]) +
+      add('dest', destService) + add('ep', perService) + add('port', targets),
+  };
+}
+
+/** Seconds of one run of argv (stdin: input), or throws with its stderr. */
+function timed(argv, input) {
+  const t0 = process.hrtime.bigint();
+  const r = sh(argv[0], argv.slice(1), { input, stdio: ['pipe', 'ignore', 'pipe'] });
+  if (r.status !== 0) throw new Error(`${argv.join(' ')} exited ${r.status}: ${r.stderr}`);
+  return Number(process.hrtime.bigint() - t0) / 1e9;
+}
+
+/** The floors for n Services (median of RUNS each), as table cells: jq's read, then nft per layout. */
+function floors(n, state) {
+  const dir = mkdtempSync(join(tmpdir(), 'kpspn-floor-'));
+  try {
+    const jqRead = Array.from({ length: RUNS }, () => timed(['jq', 'empty'], state));
+    const cells = [`${median(jqRead).toFixed(2)} s`];
+    for (const [name, script] of Object.entries(floorScripts(n))) {
+      const file = join(dir, 'floor.nft');
+      writeFileSync(file, script);
+      const times = [];
+      for (let run = 0; run < RUNS; run++) {
+        const ns = `kpspn-bench-${process.pid}-${++seq}`;
+        if (sh('ip', ['netns', 'add', ns]).status !== 0) throw new Error(`ip netns add ${ns} failed`);
+        try {
+          process.stderr.write(`floor: nft, ${name}, ${n} services, run ${run + 1}...\n`);
+          times.push(timed(['ip', 'netns', 'exec', ns, 'nft', '-f', file]));
+        } finally {
+          sh('ip', ['netns', 'del', ns]);
+        }
+      }
+      const elements = (script.match(/\n\t[^\t\n]* : /g) ?? []).length;
+      cells.push(`${median(times).toFixed(2)} s (${elements.toLocaleString('en-US')} elements)`);
+    }
+    return cells;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
 
 let seq = 0;
 const rows = [];
+const floorRows = [];
 const reason = skipReason();
 if (reason) {
   console.log(`bench/service-proxy.js skipped: ${reason}`);
@@ -142,6 +232,7 @@ for (const n of SIZES) {
   const moved = state(n, true);
   const changeSet = Buffer.from(`{"Previous":${line(0, false)}}\n${line(0, true)}\n`);
   const changeBack = Buffer.from(`{"Previous":${line(0, true)}}\n${line(0, false)}\n`);
+  if (FLOORS) floorRows.push([n.toLocaleString('en-US'), ...floors(n, base)]);
   for (const impl of IMPLS) {
     const cases = { scratch: [], again: [], change: [], changeSet: [], frames: [] };
     for (let run = 0; run < RUNS; run++) {
@@ -181,3 +272,9 @@ console.log(`Run on ${runDate()} UTC, ${machine()}; ${nft}, ${jq}. Median of ${R
 console.log(`| callout | services | from scratch | identical re-apply | one-Service change (full) | one-Service change (change set) | one-Service change, persistent frame: median of ${FRAMES} × runs |`);
 console.log('|---|---:|---:|---:|---:|---:|---:|');
 for (const r of rows) console.log(`| ${r.join(' | ')} |`);
+if (floorRows.length) {
+  console.log('\nFloors, the same run (median of the runs): the least any jq- and nft-based callout pays for this state.\n');
+  console.log('| services | jq reading it | nft: endpoints per destination | nft: per Service port | nft: per Service |');
+  console.log('|---:|---:|---:|---:|---:|');
+  for (const r of floorRows) console.log(`| ${r.join(' | ')} |`);
+}
