@@ -17,9 +17,10 @@
 // same run (--no-floors: not), the least any callout of this kind pays for the
 // same state, whatever its planning: jq reading it (`jq empty`), and `nft -f`
 // of a bare table holding only its endpoints in one map, keyed three ways: per
-// destination (as service-proxy-nft keys them: each ClusterIP and ExternalIP
-// its own elements), per Service port (destination -> an id, id . index ->
-// endpoint: what a carrier for the id would allow), and per Service (id . index
+// destination (each ClusterIP and ExternalIP its own elements, as service-proxy-nft
+// keyed them until 2026-11-28), per Service port (destination -> an id, id . index
+// -> endpoint: about what it loads now, keyed by one destination of each Service
+// port, the others rewritten to it), and per Service (id . index
 // -> endpoint address, Service id . port -> target port: when all its ports
 // share the endpoints and their target ports). No packet is sent: the
 // Service addresses come from 198.18.0.0/16 and the endpoints from

@@ -54,7 +54,7 @@ function strhash(s, mul,   i, v) {
 # the shared chains it uses (pneed[f, kind, N]).
 function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn, named) {
 	n = split(line, a, "\t")
-	pk = ""; nc = 0; na = 0; phash = 0; delete AFID; delete AFN
+	pk = ""; nc = 0; na = 0; phash = 0; delete AFID; delete AFN; delete CANON
 	ns = a[2]; nm = a[3]
 	pk = ns "/" nm
 	pid = sprintf("%.0f . %.0f", strhash(pk, 31), strhash(pk, 65599))
@@ -214,7 +214,7 @@ function affinity(f, sc, pk, pr, pn, n, s, masq, tmo, eint, tint, eext, text,   
 }
 
 # ---- full state: the whole table, rebuilt in one transaction ----
-function full_service(line,   i, f, key, m, e, n, eps, u, w) {
+function full_service(line,   i, f, key, m, e, n, eps, u, w, cn) {
 	if (!plan(line, 1)) return
 	if (pk in fseen) { warn(shown(pk) ": skipping a second line for this Service"); return }
 	fseen[pk] = 1
@@ -231,8 +231,10 @@ function full_service(line,   i, f, key, m, e, n, eps, u, w) {
 			continue
 		}
 		owner[key] = pk
-		add_el(cmap[i], ckey[i] " : " cverd[i])
-		if (ceps[i] != "") {
+		# a destination keyed by another of the Service's (see canon())
+		if ((cn = canon(i)) != "") { add_el(cmap[i], ckey[i] " : " rverd(i)); add_el("key" f, ckey[i] " : " cn) }
+		else add_el(cmap[i], ckey[i] " : " cverd[i])
+		if (ceps[i] != "" && cn == "") {
 			n = split(ceps[i], eps, "|")
 			m = (ck[i] == "d" ? "ep" : "epnp") f "_" n
 			for (e = 1; e <= n; e++) add_el(m, ckey[i] " . " (e - 1) " : " eps[e])
@@ -313,7 +315,7 @@ function full_ct(   k, p, z) {
 	# clears those too (a newly active UDP Service). Not on a first run (no table).
 	if (HAVEOLD) for (k in NEWR) if (!(k in OLDD)) { split(k, p, SUBSEP); ct_out(p[1], p[2], p[3], "-") }
 }
-function decl(m, type) { return "\t" (m ~ /^(svc|noep|np|noepnp|ep|epnp)/ ? "map " : "set ") m " {\n\t\t" type "\n\t}" }
+function decl(m, type) { return "\t" (m ~ /^(svc|noep|np|noepnp|ep|epnp|key)/ ? "map " : "set ") m " {\n\t\t" type "\n\t}" }
 function full_end(   i, f, k, p, out, nm, body, t) {
 	out = script
 	print "table " T " {}" > out
@@ -326,6 +328,7 @@ function full_end(   i, f, k, p, out, nm, body, t) {
 		print decl("dups" f, "type ipv" f "_addr . inet_proto . inet_service") > out
 		print decl("dupsnp" f, "type inet_proto . inet_service") > out
 		print decl("svc" f, "type ipv" f "_addr . inet_proto . inet_service : verdict") > out
+		print decl("key" f, "type ipv" f "_addr . inet_proto . inet_service : ipv" f "_addr") > out
 		print decl("noep" f, "type ipv" f "_addr . inet_proto . inet_service : verdict") > out
 		print decl("np" f, "type inet_proto . inet_service : verdict") > out
 		print decl("noepnp" f, "type inet_proto . inet_service : verdict") > out
@@ -338,7 +341,7 @@ function full_end(   i, f, k, p, out, nm, body, t) {
 	# the shared chains for 1..PRE endpoints always (a change set cannot add
 	# rules that use epF once it holds elements: nft 1.0.6 fails to evaluate
 	# them), and any larger N the state needs
-	for (f = 4; f <= 6; f += 2) for (i = 1; i <= PRE; i++) { pneed[f, "p", i] = 1; pneed[f, "n", i] = 1; pneed[f, "x", i] = 1; pneed[f, "m", i] = 1 }
+	for (f = 4; f <= 6; f += 2) for (i = 1; i <= PRE; i++) { pneed[f, "p", i] = 1; pneed[f, "n", i] = 1; pneed[f, "x", i] = 1; pneed[f, "m", i] = 1; pneed[f, "r", i] = 1; pneed[f, "y", i] = 1 }
 	for (k in pneed) { split(k, p, SUBSEP); if (p[2] == "p" || p[2] == "n") print decl(epmap(p[1], p[2], p[3]), eptype(p[1], p[2])) > out }
 	for (k in pneed) { split(k, p, SUBSEP); print pchain(p[1], p[2], p[3], "full") > out }
 	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 6) == "chain\t") {
@@ -354,46 +357,4 @@ function full_end(   i, f, k, p, out, nm, body, t) {
 	full_ct()
 	close(ctfile)
 	if (!dry) warn("full state: " nids " Services planned")
-}
-# The map of the endpoints of destinations with N endpoints (kind p) or of
-# NodePorts (kind n), and its type. A map per N: every rule that uses a map
-# makes the kernel walk all its elements once per transaction (nft_bind_set:
-# at 10,000 Services, 192 rules on one map of 400,000 elements took 18 s of
-# kernel time; a map per N is walked by the 3 rules of its own chain).
-function epmap(f, k, n) { return (k == "p" ? "ep" : "epnp") f "_" n }
-function eptype(f, k) { return "typeof " (k == "p" ? (f == 4 ? "ip" : "ip6") " daddr . " : "") "meta l4proto . th dport . numgen random mod 2 : " (f == 4 ? "ip" : "ip6") " daddr . th dport" }
-# The chains shared by all Services with N endpoints (no per-Service chain:
-# the endpoints are elements of epF_N / epnpF_N, keyed by destination and index).
-function pchain(f, k, n, how,   name, ip, r, pr, lk, m) {
-	name = k f "_" n
-	ip = f == 4 ? "ip" : "ip6"
-	if (k == "x" || k == "m") r = "\t\tmeta mark set meta mark | 0x00004000\n\t\tgoto " (k == "x" ? "p" : "n") f "_" n
-	else {
-		lk = k == "p" ? ip " daddr . meta l4proto . th dport" : "meta l4proto . th dport"
-		m = epmap(f, k, n)
-		r = ""
-		for (pr = 1; pr <= 3; pr++) r = r (pr > 1 ? "\n" : "") "\t\tmeta l4proto " PR[pr] " dnat " ip " addr . port to " lk " . numgen random mod " n " map @" m
-	}
-	if (how == "full") return "\tchain " name " {\n" r "\n\t}"
-	gsub(/\t\t/, "add rule " T " " name " ", r)
-	return (k == "p" || k == "n" ? "add map " T " " m " { " eptype(f, k) "; }\n" : "") "add chain " T " " name "\nflush chain " T " " name "\n" r
-}
-function fixed_chains() {
-	return "\tchain reject_new {\n\t\tmeta l4proto tcp reject with tcp reset\n\t\treject with icmpx port-unreachable\n\t}\n" \
-	"\tchain noep {\n\t\tip daddr . meta l4proto . th dport vmap @noep4\n\t\tip6 daddr . meta l4proto . th dport vmap @noep6\n" \
-	"\t\tfib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @noepnp4\n" \
-	"\t\tfib daddr type local ip6 daddr != ::1 meta l4proto . th dport vmap @noepnp6\n\t}\n" \
-	"\tchain filter_input {\n\t\ttype filter hook input priority -110; policy accept;\n\t\tct state new jump noep\n\t}\n" \
-	"\tchain filter_forward {\n\t\ttype filter hook forward priority -110; policy accept;\n\t\tct state new jump noep\n\t\tct state new jump clusterips_check\n\t}\n" \
-	"\tchain filter_output {\n\t\ttype filter hook output priority -110; policy accept;\n\t\tct state new jump noep\n\t}\n" \
-	"\tchain clusterips_check {\n\t\tip daddr @clusterips4 goto reject_new\n\t\tip6 daddr @clusterips6 goto reject_new\n\t}\n" \
-	"\tchain filter_output_post_dnat {\n\t\ttype filter hook output priority -90; policy accept;\n\t\tct state new fib daddr type != local jump clusterips_check\n\t}\n" \
-	"\tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @svc4\n\t\tip6 daddr . meta l4proto . th dport vmap @svc6\n" \
-	"\t\tfib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np4\n" \
-	"\t\tfib daddr type local ip6 daddr != ::1 meta l4proto . th dport vmap @np6\n\t}\n" \
-	"\tchain nat_prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tjump services\n\t}\n" \
-	"\tchain nat_output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n" \
-	"\tchain nat_postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n" \
-	"\t\tmeta mark & 0x00004000 == 0x00004000 meta mark set meta mark ^ 0x00004000 masquerade fully-random\n" \
-	"\t\tct status dnat ip saddr . ip daddr @hairpin4 masquerade\n\t\tct status dnat ip6 saddr . ip6 daddr @hairpin6 masquerade\n\t}"
 }

@@ -4,7 +4,9 @@
  *   change sets for a Service of more than 64 endpoints (its shared chain
  *   is kept, not re-added), a destination another Service holds without
  *   endpoints (the transaction fails; a full state decides), a cluster IP a
- *   Service also lists as an external IP;
+ *   Service also lists as an external IP, destinations that share their
+ *   endpoints (keyed by one of them: change sets across that, and a key the
+ *   Service holds when another holds its cluster IP);
  * - DRY_RUN (jq only): names Kubernetes would refuse (served, objects named by
  *   a hash), numbers given as strings or fractions (skipped, logged), ClientIP
  *   affinity refreshed by every new connection of a known client;
@@ -106,6 +108,55 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
     t.match(full.stderr, /"c\/ccc": skipping destination 192\.0\.2\.80 \. tcp \. 80: already used by "a\/aaa"/);
     t.notMatch(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'svc4'), /192\.0\.2\.80/, 'not in svc4');
     t.match(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'noep4'), /192\.0\.2\.80 \. tcp \. 80 : goto reject_new/);
+  });
+
+  await t.test('destinations with the same endpoints share their elements; change sets across that, as full states', async (t) => {
+    // a ClusterIP and two external IPs; in "b" one endpoint is Internal only, so the external IPs get their own
+    const line = (external: boolean) =>
+      JSON.stringify({
+        Service: { Namespace: 'k', Name: 'shared', Type: 'ClusterIP', IPs: { ClusterIPs: { V4: ['192.0.2.40'] }, ExternalIPs: { V4: ['192.0.2.41', '192.0.2.42'] } }, Ports: [{ Protocol: 1, Port: 80, TargetPort: 8080 }] },
+        Endpoints: [
+          { IPs: { V4: ['198.51.100.40'] }, Scopes: { Internal: true, External: true } },
+          { IPs: { V4: ['198.51.100.41'] }, Scopes: { Internal: true, External: external } },
+        ],
+      });
+    const [a, b] = [line(true), line(false)];
+    const maps = async () => Promise.all(['svc4', 'key4', 'ep4_1', 'ep4_2'].map((m) => nft('list', 'map', 'inet', 'kpng_service_proxy', m)));
+    t.equal((await apply(lines(a))).code, 0);
+    const fullA = await maps();
+    const [svcA, keyA, , epA] = fullA;
+    t.match(keyA, /192\.0\.2\.41 \. tcp \. 80 : 192\.0\.2\.40/, 'an external IP is keyed by the cluster IP');
+    t.match(keyA, /192\.0\.2\.42 \. tcp \. 80 : 192\.0\.2\.40/);
+    t.match(svcA, /192\.0\.2\.41 \. tcp \. 80 : goto y4_2/, 'through the chain that marks for masquerade and rewrites');
+    t.notMatch(epA, /192\.0\.2\.4[12] /, 'the external IPs have no endpoint elements of their own');
+    for (const [from, to] of [
+      [a, b],
+      [b, a],
+    ] as const) {
+      const r = await apply(lines(prev(from), to), 'changes');
+      t.equal(r.code, 0, 'the change set applies', { stderr: r.stderr });
+      const viaChanges = await maps();
+      t.equal((await apply(lines(to))).code, 0);
+      t.same(viaChanges, await maps(), 'as the full state of the new one');
+    }
+    t.equal((await apply(lines(b))).code, 0);
+    const [, keyB, epB1] = await maps();
+    t.match(keyB, /192\.0\.2\.42 \. tcp \. 80 : 192\.0\.2\.41/, 'b: the second external IP is keyed by the first');
+    t.match(epB1, /192\.0\.2\.41 \. tcp \. 80 \. 0 : 198\.51\.100\.40 \. 8080/, 'b: the first external IP has its own (External) endpoint');
+    t.equal((await apply(lines(a))).code, 0);
+    t.same(await maps(), fullA, 'a again');
+  });
+
+  await t.test('the key of shared destinations is one the Service holds (another holds its cluster IP)', async (t) => {
+    const first = svc('a', 'first', '192.0.2.45', { eps: ['198.51.100.45'], ext: ['192.0.2.46'] });
+    const second = svc('b', 'second', '192.0.2.46', { eps: ['198.51.100.46'], ext: ['192.0.2.47', '192.0.2.48'] });
+    const r = await apply(lines(first, second));
+    t.equal(r.code, 0, 'applied', { stderr: r.stderr });
+    t.match(r.stderr, /"b\/second": skipping destination 192\.0\.2\.46 \. tcp \. 80: already used by "a\/first"/);
+    const key4 = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'key4');
+    t.match(key4, /192\.0\.2\.48 \. tcp \. 80 : 192\.0\.2\.47/, "second's other external IP is keyed by its first, not by first's address");
+    t.notMatch(key4, /: 192\.0\.2\.46/);
+    t.match(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'ep4_1'), /192\.0\.2\.47 \. tcp \. 80 \. 0 : 198\.51\.100\.46 \. 8080/);
   });
 
   await t.test('a cluster IP also listed as an external IP: change sets apply, as a full state', async (t) => {

@@ -285,6 +285,10 @@ for (const c of CALLOUTS) {
         answered(t, await lab.tcp('client', svcIP(fam, I.web), 80, { n: 4, parallel: 2 }), ['pod1', 'pod2'], 8080, `${fam} client -> web ClusterIP:80`);
         const u = await lab.udp('client', NODE.client[fam], NP.dns, { n: 4 });
         answered(t, u, ['pod1', 'pod2'], 8080, `${fam} UDP client -> node:${NP.dns} (NodePort)`);
+        // web's ExternalIP and LB IP share its ClusterIP's endpoints (nft: keyed by the ClusterIP, the
+        // destination rewritten first): UDP too, whose checksum the rewrite must keep
+        answered(t, await lab.udp('client', svcIP(fam, X.web), 53, { n: 4 }), ['pod1', 'pod2'], 8080, `${fam} UDP client -> web ExternalIP:53`);
+        answered(t, await lab.udp('client', svcIP(fam, LB.web), 53, { n: 4 }), ['pod1', 'pod2'], 8080, `${fam} UDP client -> web LB IP:53`);
       }
     });
 
