@@ -32,7 +32,8 @@ function rverd(c,   v, k, p) {
 	v = cverd[c]
 	k = substr(v, 6, 1) == "x" ? "y" : "r"
 	split(substr(v, 7), p, "_")
-	pneed[p[1], k, p[2]] = 1; pneed[p[1], "r", p[2]] = 1; pneed[p[1], "p", p[2]] = 1
+	# (plan() noted pF_N already)
+	pneed[p[1], k, p[2]] = 1; pneed[p[1], "r", p[2]] = 1
 	return "goto " k substr(v, 7)
 }
 

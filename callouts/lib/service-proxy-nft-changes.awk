@@ -118,7 +118,8 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 			else if (p[1] == "set") AS[++nas] = "add set " T " " p[2] " " p[3]
 			else { AC[++nac] = "add chain " T " " p[2]; n = split(substr(aobj[c], length(p[2]) + 8), w, "\n"); for (e = 1; e <= n; e++) { sub(/^\t+/, "", w[e]); AC[++nac] = "add rule " T " " p[2] " " w[e] } }
 		}
-		if (op == 2) for (k in pneed) { split(k, p, SUBSEP); if (!(k in PN) && p[3] + 0 > PRE) { PN[k] = 1; if (p[2] == "x" || p[2] == "r" || p[2] == "y") PN[p[1], "p", p[3]] = 0; if (p[2] == "y") PN[p[1], "r", p[3]] = 0; if (p[2] == "m") PN[p[1], "n", p[3]] = 0 } }
+		# (pneed holds the chains each one goes to as well: plan(), rverd())
+		if (op == 2) for (k in pneed) { split(k, p, SUBSEP); if (p[3] + 0 > PRE) PN[k] = 1 }
 	}
 	if (!ng1) { if (!dry) warn("change set: nothing to do"); close(ctfile); return }
 	out = script
