@@ -95,9 +95,10 @@ function state(n, moved) {
   return Buffer.from(order.map((i) => line(i, moved && i === 0) + '\n').join(''));
 }
 
-function timeRun(ns, impl, input, env = {}) {
+/** Seconds of one run of argv (stdin: input, env added), null past --limit; throws when it fails. */
+function timed(argv, input, env = {}) {
   const t0 = process.hrtime.bigint();
-  const r = sh('ip', ['netns', 'exec', ns, impl.path], {
+  const r = sh(argv[0], argv.slice(1), {
     input,
     env: { ...process.env, ...env },
     stdio: ['pipe', 'ignore', 'pipe'],
@@ -106,8 +107,21 @@ function timeRun(ns, impl, input, env = {}) {
   });
   const s = Number(process.hrtime.bigint() - t0) / 1e9;
   if (r.error?.code === 'ETIMEDOUT' || r.signal === 'SIGKILL') return null;
-  if (r.status !== 0) throw new Error(`${impl.name} exited ${r.status}: ${r.stderr}`);
+  if (r.status !== 0) throw new Error(`${argv.join(' ')} exited ${r.status}: ${r.stderr}`);
   return s;
+}
+
+const timeRun = (ns, impl, input, env) => timed(['ip', 'netns', 'exec', ns, impl.path], input, env);
+
+/** fn(ns) in a network namespace created for it, deleted after. */
+async function withNetns(fn) {
+  const ns = `kpspn-bench-${process.pid}-${++seq}`;
+  if (sh('ip', ['netns', 'add', ns]).status !== 0) throw new Error(`ip netns add ${ns} failed`);
+  try {
+    return await fn(ns);
+  } finally {
+    sh('ip', ['netns', 'del', ns]);
+  }
 }
 
 /**
@@ -182,36 +196,22 @@ function floorScripts(n) {
   };
 }
 
-/** Seconds of one run of argv (stdin: input), or throws with its stderr. */
-function timed(argv, input) {
-  const t0 = process.hrtime.bigint();
-  const r = sh(argv[0], argv.slice(1), { input, stdio: ['pipe', 'ignore', 'pipe'] });
-  if (r.status !== 0) throw new Error(`${argv.join(' ')} exited ${r.status}: ${r.stderr}`);
-  return Number(process.hrtime.bigint() - t0) / 1e9;
-}
-
 /** The floors for n Services (median of RUNS each), as table cells: jq's read, then nft per layout. */
-function floors(n, state) {
+async function floors(n, state) {
   const dir = mkdtempSync(join(tmpdir(), 'kpspn-floor-'));
   try {
     const jqRead = Array.from({ length: RUNS }, () => timed(['jq', 'empty'], state));
-    const cells = [`${median(jqRead).toFixed(2)} s`];
+    const cells = [fmt(jqRead)];
     for (const [name, script] of Object.entries(floorScripts(n))) {
       const file = join(dir, 'floor.nft');
       writeFileSync(file, script);
       const times = [];
       for (let run = 0; run < RUNS; run++) {
-        const ns = `kpspn-bench-${process.pid}-${++seq}`;
-        if (sh('ip', ['netns', 'add', ns]).status !== 0) throw new Error(`ip netns add ${ns} failed`);
-        try {
-          process.stderr.write(`floor: nft, ${name}, ${n} services, run ${run + 1}...\n`);
-          times.push(timed(['ip', 'netns', 'exec', ns, 'nft', '-f', file]));
-        } finally {
-          sh('ip', ['netns', 'del', ns]);
-        }
+        process.stderr.write(`floor: nft, ${name}, ${n} services, run ${run + 1}...\n`);
+        times.push(await withNetns((ns) => timed(['ip', 'netns', 'exec', ns, 'nft', '-f', file])));
       }
       const elements = (script.match(/\n\t[^\t\n]* : /g) ?? []).length;
-      cells.push(`${median(times).toFixed(2)} s (${elements.toLocaleString('en-US')} elements)`);
+      cells.push(`${fmt(times)} (${elements.toLocaleString('en-US')} elements)`);
     }
     return cells;
   } finally {
@@ -220,6 +220,13 @@ function floors(n, state) {
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+/** The median of xs as a table cell (seconds, or ms), or why there is none. */
+const fmt = (xs, unit) => {
+  if (xs.length === 0) return 'n/a';
+  if (xs.includes(null)) return `> ${LIMIT_S} s (stopped)`;
+  const m = median(xs);
+  return unit === 'ms' ? `${(m * 1000).toFixed(0)} ms` : `${m.toFixed(2)} s`;
+};
 
 let seq = 0;
 const rows = [];
@@ -234,13 +241,11 @@ for (const n of SIZES) {
   const moved = state(n, true);
   const changeSet = Buffer.from(`{"Previous":${line(0, false)}}\n${line(0, true)}\n`);
   const changeBack = Buffer.from(`{"Previous":${line(0, true)}}\n${line(0, false)}\n`);
-  if (FLOORS) floorRows.push([n.toLocaleString('en-US'), ...floors(n, base)]);
+  if (FLOORS) floorRows.push([n.toLocaleString('en-US'), ...(await floors(n, base))]);
   for (const impl of IMPLS) {
     const cases = { scratch: [], again: [], change: [], changeSet: [], frames: [] };
     for (let run = 0; run < RUNS; run++) {
-      const ns = `kpspn-bench-${process.pid}-${++seq}`;
-      if (sh('ip', ['netns', 'add', ns]).status !== 0) throw new Error(`ip netns add ${ns} failed`);
-      try {
+      await withNetns(async (ns) => {
         process.stderr.write(`${impl.name}, ${n} services, run ${run + 1}...\n`);
         cases.scratch.push(timeRun(ns, impl, base));
         cases.again.push(timeRun(ns, impl, base));
@@ -253,16 +258,8 @@ for (const n of SIZES) {
           const p = await persistentRun(ns, impl, base, [changeSet, changeBack], FRAMES);
           cases.frames.push(...p.times);
         }
-      } finally {
-        sh('ip', ['netns', 'del', ns]);
-      }
+      });
     }
-    const fmt = (xs, unit) => {
-      if (xs.length === 0) return 'n/a';
-      if (xs.includes(null)) return `> ${LIMIT_S} s (stopped)`;
-      const m = median(xs);
-      return unit === 'ms' ? `${(m * 1000).toFixed(0)} ms` : `${m.toFixed(2)} s`;
-    };
     const frames = cases.frames.length ? `${fmt(cases.frames, 'ms')} (max ${(Math.max(...cases.frames) * 1000).toFixed(0)} ms)` : 'n/a';
     rows.push([impl.name, n.toLocaleString('en-US'), fmt(cases.scratch), fmt(cases.again), fmt(cases.change), fmt(cases.changeSet, 'ms'), frames]);
   }
