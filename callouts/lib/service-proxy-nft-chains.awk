@@ -3,38 +3,94 @@
 # endpoints shares, the table's fixed chains, and which destination a
 # Service port's packets are keyed by.
 
-# Keys. A Service port's destinations that go to the same endpoints (same
-# family, protocol, port, endpoints and target ports: a cluster IP and an
-# external IP of a Service whose endpoints serve both, or several external
-# IPs) share one set of epF_N elements, keyed by the first of them (its
-# canonical destination). The others go through rF_N / yF_N, which rewrite
-# the packet's destination to it (`ip daddr set`, keyF: the checksums
-# follow) before the shared chain's lookup; nf_nat then rewrites it to the
-# endpoint, and the conntrack entry keeps the address the client used, which
-# replies come from. Only a new connection's first packet passes a nat chain.
+# Keys. The destinations of a Service that go to the same endpoints share
+# their elements, keyed by one destination; the others go through a chain
+# that rewrites the packet's destination to that key (`ip daddr set`, keyF:
+# the checksums follow) before the shared chain's lookup; nf_nat then
+# rewrites it to the endpoint, and the conntrack entry keeps the address the
+# client used, which replies come from. Only a new connection's first packet
+# passes a nat chain. Two ways, the first one where it can be:
+#   per Service  the Service's first cluster IP of the family keys the
+#                endpoint addresses (epaF_N: KEY . INDEX : address) for all
+#                of its ports, and each port's target port (tpF: KEY . proto
+#                . port : target port), when every endpoint of a port has the
+#                same target port; one endpoint list per Service and family
+#                (its first: another list, say the external endpoints of an
+#                ExternalTrafficToLocal Service, is keyed per port); chains
+#                qF_N (the lookup), wF_N (mark, then q), sF_N (rewrite, then
+#                q), zF_N (mark, then s);
+#   per port     the first destination of a Service port keys its endpoints
+#                and target ports (epF_N: KEY . proto . port . INDEX : address
+#                . port) for the destinations with the same endpoints (same
+#                family, protocol, port, endpoints and target ports); chains
+#                pF_N, xF_N (mark, then p), rF_N (rewrite, then p), yF_N (mark,
+#                then r).
 # Why: each destination's own N elements made the endpoint maps most of
 # nft's time (400,000 of 535,000 elements at 10,000 Services with a cluster
-# and an external IP each; bench/RESULTS.md).
-# canon(c): claim c's canonical destination when it is not its own ("" when
-# it is, or when it has no endpoint elements: affinity, NodePort, none).
-# CANON is reset per Service (plan()); a full state calls it only for the
-# claims it keeps, in order, so the canonical one is always the Service's own.
-function canon(c,   p) {
+# and an external IP each); per Service they are 100,000 elements of a
+# smaller type, about a quarter of the time (bench/RESULTS.md).
+# The per-Service key is a cluster IP no other Service holds (a full state
+# checks cipseen; a change set's guards fail on one two Services hold), so
+# the elements keyed by it are its Service's only.
+# canon(c): for claim c, sets cq (the per-Service key, or ""), cqnew (its
+# endpoint elements are new in this plan), cqtp (its tpF element when new in
+# this plan, else ""), and returns the destination c is rewritten to ("":
+# none, or no endpoint elements: affinity, NodePort, none). QG, QT, QU and
+# CANON are reset per Service (plan()); a full state calls it only for the
+# claims it keeps, in order, so a key is always the Service's own.
+function canon(c,   p, f, key, g) {
+	cq = ""; cqnew = 0; cqtp = ""
 	if (ck[c] != "d" || ceps[c] == "") return ""
 	split(ckey[c], p, " ")
-	if ((cf[c], p[3], p[5], ceps[c]) in CANON) return CANON[cf[c], p[3], p[5], ceps[c]]
-	CANON[cf[c], p[3], p[5], ceps[c]] = p[1]
+	f = cf[c]; key = QK[f]
+	if (key != "" && ctp[c] != "" && !((f " " key) in cipseen)) {
+		g = f SUBSEP cal[c]
+		if (!(g in QG) && !(f in QU)) { QG[g] = 1; QU[f] = 1; cqnew = 1 }
+		if (g in QG) {
+			cq = key
+			if (!((f, p[3], p[5]) in QT)) { QT[f, p[3], p[5]] = 1; cqtp = key " . " p[3] " . " p[5] " : " ctp[c] }
+			return p[1] == key ? "" : key
+		}
+	}
+	if ((f, p[3], p[5], ceps[c]) in CANON) return CANON[f, p[3], p[5], ceps[c]]
+	CANON[f, p[3], p[5], ceps[c]] = p[1]
 	return ""
 }
-# The verdict of claim c when its destination is rewritten: rF_N for pF_N,
-# yF_N (mark, then rF_N) for xF_N; notes the chains in pneed.
-function rverd(c,   v, k, p) {
+# The verdict of claim c after canon(c) returned rw: its own (cverd) when
+# keyed per port by itself; rF_N (pF_N's rewrite) or yF_N (mark, then rF_N)
+# per port; qF_N, wF_N (mark), sF_N (rewrite), zF_N (mark, rewrite) per
+# Service. Notes the chains it needs in pneed (plan() noted pF_N / xF_N).
+function cverdict(c, rw,   v, k, p) {
 	v = cverd[c]
-	k = substr(v, 6, 1) == "x" ? "y" : "r"
+	if (cq == "" && rw == "") return v
+	k = substr(v, 6, 1) == "x"
 	split(substr(v, 7), p, "_")
-	# (plan() noted pF_N already)
-	pneed[p[1], k, p[2]] = 1; pneed[p[1], "r", p[2]] = 1
+	if (cq == "") { k = k ? "y" : "r"; pneed[p[1], "r", p[2]] = 1 }
+	else {
+		k = rw == "" ? (k ? "w" : "q") : (k ? "z" : "s")
+		pneed[p[1], "q", p[2]] = 1
+		if (k == "z") pneed[p[1], "s", p[2]] = 1
+	}
+	pneed[p[1], k, p[2]] = 1
 	return "goto " k substr(v, 7)
+}
+# The endpoint elements of claim c after canon(c) returned rw, joined by
+# "|", for `map` (set in EMAP): epaF_N per Service (when new in this plan),
+# epF_N / epnpF_N per port (when c keys them), else none.
+function cels(c, rw,   n, eps, e, out) {
+	out = ""
+	if (cq != "") {
+		if (!cqnew) return ""
+		n = split(cal[c], eps, "|")
+		EMAP = "epa" cf[c] "_" n
+		for (e = 1; e <= n; e++) out = out (e > 1 ? "|" : "") cq " . " (e - 1) " : " eps[e]
+		return out
+	}
+	if (ceps[c] == "" || rw != "") return ""
+	n = split(ceps[c], eps, "|")
+	EMAP = (ck[c] == "d" ? "ep" : "epnp") cf[c] "_" n
+	for (e = 1; e <= n; e++) out = out (e > 1 ? "|" : "") ckey[c] " . " (e - 1) " : " eps[e]
+	return out
 }
 
 # The map of the endpoints of destinations with N endpoints (kind p) or of
@@ -42,27 +98,36 @@ function rverd(c,   v, k, p) {
 # makes the kernel walk all its elements once per transaction (nft_bind_set:
 # at 10,000 Services, 192 rules on one map of 400,000 elements took 18 s of
 # kernel time; a map per N is walked by the 3 rules of its own chain).
-function epmap(f, k, n) { return (k == "p" ? "ep" : "epnp") f "_" n }
-function eptype(f, k) { return "typeof " (k == "p" ? (f == 4 ? "ip" : "ip6") " daddr . " : "") "meta l4proto . th dport . numgen random mod 2 : " (f == 4 ? "ip" : "ip6") " daddr . th dport" }
+function epmap(f, k, n) { return (k == "p" ? "ep" : k == "q" ? "epa" : "epnp") f "_" n }
+function eptype(f, k,   ip) {
+	ip = f == 4 ? "ip" : "ip6"
+	if (k == "q") return "typeof " ip " daddr . numgen random mod 2 : " ip " daddr"
+	return "typeof " (k == "p" ? ip " daddr . " : "") "meta l4proto . th dport . numgen random mod 2 : " ip " daddr . th dport"
+}
 # The chains shared by all Services with N endpoints (no per-Service chain:
-# the endpoints are elements of epF_N / epnpF_N, keyed by destination and index):
-# p (the lookup), x (mark for masquerade, then p), r (the destination rewritten
-# to its canonical one, then p), y (mark, then r); n and m, the same as p and x
-# for NodePorts.
-function pchain(f, k, n, how,   name, ip, r, pr, lk, m) {
+# the endpoints are elements, see canon()): p and q (the lookups, per port
+# and per Service), x and w (mark for masquerade, then p / q), r and s (the
+# destination rewritten to its key, then p / q), y and z (mark, then r / s);
+# n and m, the same as p and x for NodePorts. The mark-then and rewrite-then
+# kinds: MARKS[k] and REWR[k] name the chain they go to.
+function pchain(f, k, n, how,   name, ip, r, pr, m) {
 	name = k f "_" n
 	ip = f == 4 ? "ip" : "ip6"
-	if (k == "x" || k == "m" || k == "y") r = "\t\tmeta mark set meta mark | 0x00004000\n\t\tgoto " (k == "x" ? "p" : k == "m" ? "n" : "r") f "_" n
-	else if (k == "r") r = "\t\t" ip " daddr set " ip " daddr . meta l4proto . th dport map @key" f "\n\t\tgoto p" f "_" n
+	if (!ready_kinds) { ready_kinds = 1; MARKS["x"] = "p"; MARKS["m"] = "n"; MARKS["y"] = "r"; MARKS["w"] = "q"; MARKS["z"] = "s"; REWR["r"] = "p"; REWR["s"] = "q" }
+	if (k in MARKS) r = "\t\tmeta mark set meta mark | 0x00004000\n\t\tgoto " MARKS[k] f "_" n
+	else if (k in REWR) r = "\t\t" ip " daddr set " ip " daddr . meta l4proto . th dport map @key" f "\n\t\tgoto " REWR[k] f "_" n
 	else {
-		lk = k == "p" ? ip " daddr . meta l4proto . th dport" : "meta l4proto . th dport"
 		m = epmap(f, k, n)
 		r = ""
-		for (pr = 1; pr <= 3; pr++) r = r (pr > 1 ? "\n" : "") "\t\tmeta l4proto " PR[pr] " dnat " ip " addr . port to " lk " . numgen random mod " n " map @" m
+		for (pr = 1; pr <= 3; pr++) {
+			r = r (pr > 1 ? "\n" : "") "\t\tmeta l4proto " PR[pr] " dnat " ip
+			if (k == "q") r = r " to " ip " daddr . numgen random mod " n " map @" m " : " ip " daddr . meta l4proto . th dport map @tp" f
+			else r = r " addr . port to " (k == "p" ? ip " daddr . " : "") "meta l4proto . th dport . numgen random mod " n " map @" m
+		}
 	}
 	if (how == "full") return "\tchain " name " {\n" r "\n\t}"
 	gsub(/\t\t/, "add rule " T " " name " ", r)
-	return (k == "p" || k == "n" ? "add map " T " " m " { " eptype(f, k) "; }\n" : "") "add chain " T " " name "\nflush chain " T " " name "\n" r
+	return (k == "p" || k == "n" || k == "q" ? "add map " T " " m " { " eptype(f, k) "; }\n" : "") "add chain " T " " name "\nflush chain " T " " name "\n" r
 }
 function fixed_chains() {
 	return "\tchain reject_new {\n\t\tmeta l4proto tcp reject with tcp reset\n\t\treject with icmpx port-unreachable\n\t}\n" \

@@ -65,24 +65,22 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 			kk = f SUBSEP ck[c] SUBSEP ckey[c]
 			if (kk in same) continue
 			same[kk] = 1
-			# keyed by another of its destinations (canon(): as in a full state)
+			# its key and endpoint elements (canon(): as in a full state)
 			if ((cn = canon(c)) != "") { if (op == 1) app(DEL, "key" f, ckey[c]); else app(ADD, "key" f, ckey[c] " : " cn) }
+			if (cqtp != "") { if (op == 1) app(DEL, "tp" f, substr(cqtp, 1, index(cqtp, " : ") - 1)); else app(ADD, "tp" f, cqtp) }
+			n = split(cels(c, cn), eps, "|")
+			for (e = 1; e <= n; e++) {
+				if (op == 1) app(DEL, EMAP, substr(eps[e], 1, index(eps[e], " : ") - 1))
+				else app(ADD, EMAP, eps[e])
+			}
 			if (op == 1) {
 				G1[++ng1] = "create element " T " " (ck[c] == "d" ? "dups" : "dupsnp") f " { " ckey[c] " }"
 				G1[++ng1] = "delete element " T " " (ck[c] == "d" ? "dups" : "dupsnp") f " { " ckey[c] " }"
 				app(DEL, cmap[c], ckey[c])
 			} else {
-				app(ADD, cmap[c], ckey[c] " : " (cn != "" ? rverd(c) : cverd[c]))
+				app(ADD, cmap[c], ckey[c] " : " cverdict(c, cn))
 				G2[++ng2] = "create element " T " " othermap(cmap[c]) " { " ckey[c] " : goto reject_new }"
 				G2[++ng2] = "delete element " T " " othermap(cmap[c]) " { " ckey[c] " }"
-			}
-			if (ceps[c] != "" && cn == "") {
-				n = split(ceps[c], eps, "|")
-				m = (ck[c] == "d" ? "ep" : "epnp") f "_" n
-				for (e = 1; e <= n; e++) {
-					if (op == 1) app(DEL, m, ckey[c] " . " (e - 1))
-					else app(ADD, m, ckey[c] " . " (e - 1) " : " eps[e])
-				}
 			}
 			if (cudp[c] != "") {
 				split(cudp[c], du, " ")
@@ -118,7 +116,7 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 			else if (p[1] == "set") AS[++nas] = "add set " T " " p[2] " " p[3]
 			else { AC[++nac] = "add chain " T " " p[2]; n = split(substr(aobj[c], length(p[2]) + 8), w, "\n"); for (e = 1; e <= n; e++) { sub(/^\t+/, "", w[e]); AC[++nac] = "add rule " T " " p[2] " " w[e] } }
 		}
-		# (pneed holds the chains each one goes to as well: plan(), rverd())
+		# (pneed holds the chains each one goes to as well: plan(), cverdict())
 		if (op == 2) for (k in pneed) { split(k, p, SUBSEP); if (p[3] + 0 > PRE) PN[k] = 1 }
 	}
 	if (!ng1) { if (!dry) warn("change set: nothing to do"); close(ctfile); return }
@@ -129,11 +127,12 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 	for (i = 1; i <= ndce; i++) print DCe[i] > out
 	for (i = 1; i <= nds; i++) print DS[i] > out
 	# shared chains (for more than PRE endpoints) the table lacks, first the
-	# plain ones (the marking ones jump to them); one the table has is left
-	# as it is: nft 1.0.6 cannot evaluate a rule on an epF_N that holds elements
-	for (k in PN) { split(k, p, SUBSEP); if ((p[2] == "p" || p[2] == "n") && !have_chain(p[2] p[1] "_" p[3])) print pchain(p[1], p[2], p[3], "add") > out }
-	for (k in PN) { split(k, p, SUBSEP); if ((p[2] == "x" || p[2] == "m" || p[2] == "r") && !have_chain(p[2] p[1] "_" p[3])) print pchain(p[1], p[2], p[3], "add") > out }
-	for (k in PN) { split(k, p, SUBSEP); if (p[2] == "y" && !have_chain(p[2] p[1] "_" p[3])) print pchain(p[1], p[2], p[3], "add") > out }
+	# lookups, then those that go to them, then those that go to these; one
+	# the table has is left as it is: nft 1.0.6 cannot evaluate a rule on an
+	# epF_N that holds elements
+	for (k in PN) { split(k, p, SUBSEP); if (p[2] ~ /^[pnq]$/ && !have_chain(p[2] p[1] "_" p[3])) print pchain(p[1], p[2], p[3], "add") > out }
+	for (k in PN) { split(k, p, SUBSEP); if (p[2] ~ /^[xmrws]$/ && !have_chain(p[2] p[1] "_" p[3])) print pchain(p[1], p[2], p[3], "add") > out }
+	for (k in PN) { split(k, p, SUBSEP); if (p[2] ~ /^[yz]$/ && !have_chain(p[2] p[1] "_" p[3])) print pchain(p[1], p[2], p[3], "add") > out }
 	for (i = 1; i <= nas; i++) print AS[i] > out
 	for (i = 1; i <= nac; i++) print AC[i] > out
 	for (m in ADD) {

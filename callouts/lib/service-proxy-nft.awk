@@ -52,9 +52,9 @@ function strhash(s, mul,   i, v) {
 # affinity objects 1..na (aset (decl) / achain (name) lines in aobj), its
 # cluster IPs 1..ncip (cipf family, cip address; none when headless), and
 # the shared chains it uses (pneed[f, kind, N]).
-function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn, named) {
+function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn, named, al, tu) {
 	n = split(line, a, "\t")
-	pk = ""; nc = 0; na = 0; phash = 0; delete AFID; delete AFN; delete CANON
+	pk = ""; nc = 0; na = 0; phash = 0; delete AFID; delete AFN; delete CANON; delete QG; delete QT; delete QU
 	ns = a[2]; nm = a[3]
 	pk = ns "/" nm
 	pid = sprintf("%.0f . %.0f", strhash(pk, 31), strhash(pk, 65599))
@@ -83,8 +83,10 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 		LN[c] = nl
 		i += cnt + 1
 	}
-	# its cluster IPs (clusteripsF: new connections to a port it does not serve are rejected)
+	# its cluster IPs (clusteripsF: new connections to a port it does not serve are rejected);
+	# the first of each family keys its endpoints (canon())
 	ncip = 0
+	QK[4] = hl ? "" : L[1, 1]; QK[6] = hl ? "" : L[2, 1]
 	if (!hl) for (c = 1; c <= 2; c++) for (j = 1; j <= LN[c]; j++) { cipf[++ncip] = c == 1 ? 4 : 6; cip[ncip] = L[c, j]; h = fold(h, ipnum(L[c, j])) }
 	np = a[i]; if (np !~ /^[0-9]+$/) return bad_rec(loud)
 	pi = i + 1
@@ -146,8 +148,14 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 				nd = LN[c] + (sc == 2 && nport ? 1 : 0)
 				if (!nd) continue
 				n = sc == 1 ? ni : nx
-				list = ""
-				for (e = 1; e <= n; e++) list = list (e > 1 ? "|" : "") (sc == 1 ? ep_of(f, eint[e], tint[e]) : ep_of(f, eext[e], text[e]))
+				# the endpoints (EP . PORT), their addresses, and their one target port ("": several)
+				list = al = tu = ""
+				for (e = 1; e <= n; e++) {
+					ep = sc == 1 ? eint[e] : eext[e]; tp = sc == 1 ? tint[e] : text[e]
+					list = list (e > 1 ? "|" : "") ep_of(f, ep, tp)
+					al = al (e > 1 ? "|" : "") ep
+					if (e == 1) tu = tp; else if (tu != tp) tu = ""
+				}
 				verd = ""
 				if (n && aff) verd = "goto " affinity(f, sc, ptag, PR[proto], pn, n, sc == 1 ? "c" : "x", sc == 2 && !etp, tmo, eint, tint, eext, text)
 				for (k = 1; k <= nd; k++) {
@@ -172,6 +180,7 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 					}
 					ceps[nc] = (aff ? "" : list)
 					cepsu[nc] = list
+					cal[nc] = al; ctp[nc] = tu
 				}
 			}
 		}
@@ -214,7 +223,7 @@ function affinity(f, sc, pk, pr, pn, n, s, masq, tmo, eint, tint, eext, text,   
 }
 
 # ---- full state: the whole table, rebuilt in one transaction ----
-function full_service(line,   i, f, key, m, e, n, eps, u, w, cn) {
+function full_service(line,   i, f, key, e, n, eps, u, w, cn) {
 	if (!plan(line, 1)) return
 	if (pk in fseen) { warn(shown(pk) ": skipping a second line for this Service"); return }
 	fseen[pk] = 1
@@ -231,14 +240,13 @@ function full_service(line,   i, f, key, m, e, n, eps, u, w, cn) {
 			continue
 		}
 		owner[key] = pk
-		# a destination keyed by another of the Service's (see canon())
-		if ((cn = canon(i)) != "") { add_el(cmap[i], ckey[i] " : " rverd(i)); add_el("key" f, ckey[i] " : " cn) }
-		else add_el(cmap[i], ckey[i] " : " cverd[i])
-		if (ceps[i] != "" && cn == "") {
-			n = split(ceps[i], eps, "|")
-			m = (ck[i] == "d" ? "ep" : "epnp") f "_" n
-			for (e = 1; e <= n; e++) add_el(m, ckey[i] " . " (e - 1) " : " eps[e])
-		}
+		# its key, and its endpoint elements when it is the first of them (see canon())
+		cn = canon(i)
+		add_el(cmap[i], ckey[i] " : " cverdict(i, cn))
+		if (cn != "") add_el("key" f, ckey[i] " : " cn)
+		if (cqtp != "") add_el("tp" f, cqtp)
+		n = split(cels(i, cn), eps, "|")
+		for (e = 1; e <= n; e++) add_el(EMAP, eps[e])
 		udp_new(f, cudp[i], cepsu[i])
 	}
 	for (i = 1; i <= nc; i++) if (cepsu[i] != "") {
@@ -315,7 +323,7 @@ function full_ct(   k, p, z) {
 	# clears those too (a newly active UDP Service). Not on a first run (no table).
 	if (HAVEOLD) for (k in NEWR) if (!(k in OLDD)) { split(k, p, SUBSEP); ct_out(p[1], p[2], p[3], "-") }
 }
-function decl(m, type) { return "\t" (m ~ /^(svc|noep|np|noepnp|ep|epnp|key)/ ? "map " : "set ") m " {\n\t\t" type "\n\t}" }
+function decl(m, type) { return "\t" (m ~ /^(svc|noep|np|noepnp|ep|epnp|key|tp)/ ? "map " : "set ") m " {\n\t\t" type "\n\t}" }
 function full_end(   i, f, k, p, out, nm, body, t) {
 	out = script
 	print "table " T " {}" > out
@@ -329,6 +337,7 @@ function full_end(   i, f, k, p, out, nm, body, t) {
 		print decl("dupsnp" f, "type inet_proto . inet_service") > out
 		print decl("svc" f, "type ipv" f "_addr . inet_proto . inet_service : verdict") > out
 		print decl("key" f, "type ipv" f "_addr . inet_proto . inet_service : ipv" f "_addr") > out
+		print decl("tp" f, "type ipv" f "_addr . inet_proto . inet_service : inet_service") > out
 		print decl("noep" f, "type ipv" f "_addr . inet_proto . inet_service : verdict") > out
 		print decl("np" f, "type inet_proto . inet_service : verdict") > out
 		print decl("noepnp" f, "type inet_proto . inet_service : verdict") > out
@@ -341,8 +350,8 @@ function full_end(   i, f, k, p, out, nm, body, t) {
 	# the shared chains for 1..PRE endpoints always (a change set cannot add
 	# rules that use epF once it holds elements: nft 1.0.6 fails to evaluate
 	# them), and any larger N the state needs
-	for (f = 4; f <= 6; f += 2) for (i = 1; i <= PRE; i++) { pneed[f, "p", i] = 1; pneed[f, "n", i] = 1; pneed[f, "x", i] = 1; pneed[f, "m", i] = 1; pneed[f, "r", i] = 1; pneed[f, "y", i] = 1 }
-	for (k in pneed) { split(k, p, SUBSEP); if (p[2] == "p" || p[2] == "n") print decl(epmap(p[1], p[2], p[3]), eptype(p[1], p[2])) > out }
+	for (f = 4; f <= 6; f += 2) for (i = 1; i <= PRE; i++) { pneed[f, "p", i] = 1; pneed[f, "n", i] = 1; pneed[f, "x", i] = 1; pneed[f, "m", i] = 1; pneed[f, "r", i] = 1; pneed[f, "y", i] = 1; pneed[f, "q", i] = 1; pneed[f, "w", i] = 1; pneed[f, "s", i] = 1; pneed[f, "z", i] = 1 }
+	for (k in pneed) { split(k, p, SUBSEP); if (p[2] == "p" || p[2] == "n" || p[2] == "q") print decl(epmap(p[1], p[2], p[3]), eptype(p[1], p[2])) > out }
 	for (k in pneed) { split(k, p, SUBSEP); print pchain(p[1], p[2], p[3], "full") > out }
 	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 6) == "chain\t") {
 		split(AOBJ[i], p, "\t"); nm = p[2]; body = substr(AOBJ[i], length(nm) + 8)

@@ -5,8 +5,8 @@
  *   is kept, not re-added), a destination another Service holds without
  *   endpoints (the transaction fails; a full state decides), a cluster IP a
  *   Service also lists as an external IP, destinations that share their
- *   endpoints (keyed by one of them: change sets across that, and a key the
- *   Service holds when another holds its cluster IP);
+ *   endpoints (keyed by one of them: change sets across that, and the key
+ *   when another Service holds the cluster IP as an external IP);
  * - DRY_RUN (jq only): names Kubernetes would refuse (served, objects named by
  *   a hash), numbers given as strings or fractions (skipped, logged), ClientIP
  *   affinity refreshed by every new connection of a known client;
@@ -19,6 +19,7 @@ import t from 'tap';
 import { missingTools, mustRun, runCommand, type CommandResult } from '../../helpers/command.js';
 import { repoPath } from '../../helpers/fixtures.js';
 import { netnsMissing } from '../../helpers/netns.js';
+import { routes } from '../../helpers/nft-routes.js';
 
 const NFT = repoPath('callouts/service-proxy-nft');
 const IPT = repoPath('callouts/service-proxy-iptables');
@@ -85,12 +86,12 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
     t.equal((await apply(lines(a))).code, 0);
     const r = await apply(lines(prev(a), b), 'changes');
     t.equal(r.code, 0, 'applied', { stderr: r.stderr });
-    const viaChanges = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'ep4_70');
+    const viaChanges = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'epa4_70');
     t.match(viaChanges, /198\.51\.100\.200/);
-    t.notMatch(viaChanges, /198\.51\.100\.70 /);
+    t.notMatch(viaChanges, /198\.51\.100\.70[^0-9]/);
     t.equal((await apply(lines(b))).code, 0);
-    t.equal(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'ep4_70'), viaChanges, 'as a full state of the new one leaves it');
-    // Twice more: the chain p4_70 is there from the change set's own table too.
+    t.equal(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'epa4_70'), viaChanges, 'as a full state of the new one leaves it');
+    // Twice more: the chain q4_70 is there from the change set's own table too.
     t.equal((await apply(lines(prev(b), a), 'changes')).code, 0);
     t.equal((await apply(lines(prev(a), b), 'changes')).code, 0);
   });
@@ -121,14 +122,17 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
         ],
       });
     const [a, b] = [line(true), line(false)];
-    const maps = async () => Promise.all(['svc4', 'key4', 'ep4_1', 'ep4_2'].map((m) => nft('list', 'map', 'inet', 'kpng_service_proxy', m)));
+    const maps = async () =>
+      Promise.all(['svc4', 'key4', 'ep4_1', 'ep4_2', 'epa4_1', 'epa4_2', 'tp4'].map((m) => nft('list', 'map', 'inet', 'kpng_service_proxy', m)));
     t.equal((await apply(lines(a))).code, 0);
     const fullA = await maps();
-    const [svcA, keyA, , epA] = fullA;
+    const [svcA, keyA, , epA, , epaA, tpA] = fullA;
     t.match(keyA, /192\.0\.2\.41 \. tcp \. 80 : 192\.0\.2\.40/, 'an external IP is keyed by the cluster IP');
     t.match(keyA, /192\.0\.2\.42 \. tcp \. 80 : 192\.0\.2\.40/);
-    t.match(svcA, /192\.0\.2\.41 \. tcp \. 80 : goto y4_2/, 'through the chain that marks for masquerade and rewrites');
-    t.notMatch(epA, /192\.0\.2\.4[12] /, 'the external IPs have no endpoint elements of their own');
+    t.match(svcA, /192\.0\.2\.41 \. tcp \. 80 : goto z4_2/, 'through the chain that marks for masquerade and rewrites');
+    t.match(epaA, /192\.0\.2\.40 \. 0 : 198\.51\.100\.40/, 'the endpoints keyed per Service by the cluster IP');
+    t.match(tpA, /192\.0\.2\.40 \. tcp \. 80 : 8080/, 'and its target port');
+    t.notMatch(`${epA ?? ''}${epaA ?? ''}`, /192\.0\.2\.4[12] /, 'the external IPs have no endpoint elements of their own');
     for (const [from, to] of [
       [a, b],
       [b, a],
@@ -147,16 +151,19 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
     t.same(await maps(), fullA, 'a again');
   });
 
-  await t.test('the key of shared destinations is one the Service holds (another holds its cluster IP)', async (t) => {
+  await t.test('the key of shared destinations is a cluster IP the Service alone holds (another holds it as an external IP)', async (t) => {
     const first = svc('a', 'first', '192.0.2.45', { eps: ['198.51.100.45'], ext: ['192.0.2.46'] });
     const second = svc('b', 'second', '192.0.2.46', { eps: ['198.51.100.46'], ext: ['192.0.2.47', '192.0.2.48'] });
     const r = await apply(lines(first, second));
     t.equal(r.code, 0, 'applied', { stderr: r.stderr });
     t.match(r.stderr, /"b\/second": skipping destination 192\.0\.2\.46 \. tcp \. 80: already used by "a\/first"/);
     const key4 = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'key4');
-    t.match(key4, /192\.0\.2\.48 \. tcp \. 80 : 192\.0\.2\.47/, "second's other external IP is keyed by its first, not by first's address");
-    t.notMatch(key4, /: 192\.0\.2\.46/);
-    t.match(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'ep4_1'), /192\.0\.2\.47 \. tcp \. 80 \. 0 : 198\.51\.100\.46 \. 8080/);
+    t.match(key4, /192\.0\.2\.46 \. tcp \. 80 : 192\.0\.2\.45/, "first's external IP is keyed by first's cluster IP");
+    t.match(key4, /192\.0\.2\.47 \. tcp \. 80 : 192\.0\.2\.46/, "second's external IPs by second's cluster IP");
+    t.match(key4, /192\.0\.2\.48 \. tcp \. 80 : 192\.0\.2\.46/);
+    const epa = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'epa4_1');
+    t.match(epa, /192\.0\.2\.45 \. 0 : 198\.51\.100\.45/);
+    t.match(epa, /192\.0\.2\.46 \. 0 : 198\.51\.100\.46/);
   });
 
   await t.test('a cluster IP also listed as an external IP: change sets apply, as a full state', async (t) => {
@@ -166,10 +173,11 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
     const r = await apply(lines(prev(a), b), 'changes');
     t.equal(r.code, 0, 'applied', { stderr: r.stderr });
     const svc4 = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'svc4');
-    const ep4 = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'ep4_1');
+    const ep4 = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'epa4_1');
+    t.match(ep4, /198\.51\.100\.71/);
     t.equal((await apply(lines(b))).code, 0);
     t.equal(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'svc4'), svc4);
-    t.equal(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'ep4_1'), ep4);
+    t.equal(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'epa4_1'), ep4);
   });
 });
 
@@ -197,8 +205,8 @@ t.test('service-proxy-nft DRY_RUN: names, numbers, affinity', { skip: noJq }, as
   t.match(n.stderr, /skipping port ""83"": protocol ""2"" is not TCP, UDP or SCTP/);
   t.match(n.stderr, /skipping port "80\.5": not a port number/);
   t.match(n.stderr, /ignoring target port ""8084"": not a port number/);
-  t.match(n.stdout, /192\.0\.2\.90 \. tcp \. 84 \. 0 : 198\.51\.100\.1 \. 84,/, 'a target port given as a string: the port itself');
-  t.match(n.stdout, /192\.0\.2\.90 \. tcp \. 85 : goto p4_1/);
+  t.same(routes(n.stdout).get('192.0.2.90 . tcp . 84'), ['198.51.100.1:84'], 'a target port given as a string: the port itself');
+  t.same(routes(n.stdout).get('192.0.2.90 . tcp . 85'), ['198.51.100.1:85']);
   t.notMatch(n.stdout, /\. (83|80) [:.]/, 'nothing of the skipped ports');
 });
 
@@ -292,15 +300,12 @@ t.test('DRY_RUN: an endpoint whose PortOverrides lack a named target port is not
   });
   const nft = await run(NFT, lines(line), { DRY_RUN: '1' });
   t.equal(nft.code, 0, 'nft: planned', { stderr: nft.stderr });
-  t.same(nft.stdout.split('\n').filter((l) => l.includes(': 198.51.100.')).map((l) => l.trim().replace(/,$/, '')), [
-    '192.0.2.60 . tcp . 80 . 0 : 198.51.100.2 . 8080',
-    '192.0.2.60 . tcp . 80 . 1 : 198.51.100.130 . 8080',
-    '192.0.2.60 . tcp . 81 . 0 : 198.51.100.2 . 8181',
-    '192.0.2.60 . tcp . 81 . 1 : 198.51.100.130 . 8181',
-    '192.0.2.60 . tcp . 82 . 0 : 198.51.100.2 . 82',
-    '192.0.2.60 . tcp . 82 . 1 : 198.51.100.130 . 82',
-    '192.0.2.60 . tcp . 8443 . 0 : 198.51.100.2 . 9090',
-  ]);
+  t.same(Object.fromEntries(routes(nft.stdout)), {
+    '192.0.2.60 . tcp . 80': ['198.51.100.2:8080', '198.51.100.130:8080'],
+    '192.0.2.60 . tcp . 81': ['198.51.100.2:8181', '198.51.100.130:8181'],
+    '192.0.2.60 . tcp . 82': ['198.51.100.2:82', '198.51.100.130:82'],
+    '192.0.2.60 . tcp . 8443': ['198.51.100.2:9090'],
+  });
   const ipt = await run(IPT, lines(line), { DRY_RUN: '1' });
   t.equal(ipt.code, 0, 'iptables: planned', { stderr: ipt.stderr });
   const dnat = ipt.stdout.split('\n').flatMap((l) => /--to-destination (\S+)/.exec(l)?.[1] ?? []).sort();
@@ -317,7 +322,7 @@ t.test('DRY_RUN: an endpoint whose PortOverrides entry for the port has no numbe
   });
   const nft = await run(NFT, lines(line), { DRY_RUN: '1' });
   t.equal(nft.code, 0, 'nft: planned', { stderr: nft.stderr });
-  t.same(nft.stdout.split('\n').filter((l) => / : 198\.51\.100\./.test(l)).map((l) => l.trim().replace(/,$/, '')), ['192.0.2.61 . tcp . 80 . 0 : 198.51.100.3 . 9090']);
+  t.same(Object.fromEntries(routes(nft.stdout)), { '192.0.2.61 . tcp . 80': ['198.51.100.3:9090'] });
   t.match(nft.stderr, /endpoint "198\.51\.100\.2": its port "http" is "0", not a port number: not used for port 80/);
   const ipt = await run(IPT, lines(line), { DRY_RUN: '1' });
   t.equal(ipt.code, 0, 'iptables: planned', { stderr: ipt.stderr });

@@ -1,0 +1,59 @@
+/**
+ * What a service-proxy-nft DRY_RUN script sends each destination to, read
+ * from its elements the way the kernel looks them up (svcF, keyF, then the
+ * endpoint maps of the chain kind), so tests state where traffic goes, not
+ * how the elements are keyed (see callouts/lib/service-proxy-nft-chains.awk).
+ */
+
+/** The elements of each map or set of a full state's script (`add element` blocks), by name. */
+export function scriptElements(script: string): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  let current: string[] | undefined;
+  for (const line of script.split('\n')) {
+    const head = /^add element inet \S+ (\S+) \{$/.exec(line);
+    if (head) {
+      current = out.get(head[1] as string) ?? [];
+      out.set(head[1] as string, current);
+    } else if (line === '}') current = undefined;
+    else if (current) current.push(line.trim().replace(/,$/, ''));
+  }
+  return out;
+}
+
+/** "KEY : VALUE" elements as a map. */
+function pairs(els: string[] | undefined): Map<string, string> {
+  return new Map((els ?? []).map((e) => e.split(' : ') as [string, string]));
+}
+
+/**
+ * Per destination of svc4/svc6 ("DEST . proto . port"), its endpoints as "ADDRESS:PORT"
+ * in index order, or its verdict when it goes to no shared chain (affinity).
+ */
+export function routes(script: string): Map<string, string[]> {
+  const els = scriptElements(script);
+  const out = new Map<string, string[]>();
+  for (const f of ['4', '6']) {
+    const keys = pairs(els.get(`key${f}`));
+    const tports = pairs(els.get(`tp${f}`));
+    for (const [dest, verdict] of pairs(els.get(`svc${f}`))) {
+      const m = /^goto ([pqrsxywz])\d_(\d+)$/.exec(verdict);
+      if (!m) {
+        out.set(dest, [verdict]);
+        continue;
+      }
+      const [kind, n] = [m[1] as string, Number(m[2])];
+      const [addr, proto, port] = dest.split(' . ') as [string, string, string];
+      const key = 'rysz'.includes(kind) ? (keys.get(dest) ?? '?') : addr;
+      const eps: string[] = [];
+      for (let i = 0; i < n; i++) {
+        if ('qwsz'.includes(kind)) {
+          eps.push(`${pairs(els.get(`epa${f}_${n}`)).get(`${key} . ${i}`) ?? '?'}:${tports.get(`${key} . ${proto} . ${port}`) ?? '?'}`);
+        } else {
+          eps.push((pairs(els.get(`ep${f}_${n}`)).get(`${key} . ${proto} . ${port} . ${i}`) ?? '?').replace(' . ', ':'));
+        }
+      }
+      out.set(dest, eps);
+    }
+  }
+  return out;
+}
