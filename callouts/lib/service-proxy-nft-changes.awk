@@ -57,11 +57,6 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 			f = cf[c]
 			# a destination the Service lists twice (a cluster IP also among its
 			# external IPs): its first claim only, as in a full state
-			# (the hairpin elements of every claim, as a full state adds them)
-			if (cepsu[c] != "" && op == 2) {
-				n = split(cepsu[c], eps, "|")
-				for (e = 1; e <= n; e++) { split(eps[e], w, " "); if (!((f, w[1]) in HPA)) { HPA[f, w[1]] = 1; app(ADD, "hairpin" f, w[1] " . " w[1]) } }
-			}
 			kk = f SUBSEP ck[c] SUBSEP ckey[c]
 			if (kk in same) continue
 			same[kk] = 1
@@ -100,6 +95,8 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 		}
 		# cluster IPs: those of what goes deleted (guarded: one another Service holds too, in
 		# cipdupsF, fails the transaction), those of what comes created (one held already fails)
+		# the hairpin elements of all its endpoints, as a full state adds them
+		if (op == 2) for (c = 1; c <= nhp; c++) if (!((HPF[c], HPE[c]) in HPA)) { HPA[HPF[c], HPE[c]] = 1; app(ADD, "hairpin" HPF[c], HPE[c] " . " HPE[c]) }
 		for (c = 1; c <= ncip; c++) {
 			kk = cipf[c] SUBSEP cip[c]
 			if (op == 1) {

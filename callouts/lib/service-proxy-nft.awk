@@ -54,7 +54,7 @@ function strhash(s, mul,   i, v) {
 # the shared chains it uses (pneed[f, kind, N]).
 function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn, named, al, tu) {
 	n = split(line, a, "\t")
-	pk = ""; nc = 0; na = 0; phash = 0; delete AFID; delete AFN; delete CANON; delete QG; delete QT; delete QU
+	pk = ""; nc = 0; na = 0; nhp = 0; phash = 0; delete AFID; delete AFN; delete CANON; delete QG; delete QT; delete QU; delete HPU
 	ns = a[2]; nm = a[3]
 	pk = ns "/" nm
 	pid = sprintf("%.0f . %.0f", strhash(pk, 31), strhash(pk, 65599))
@@ -139,7 +139,7 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 				if (named && o == ON[e] && ON[e] > 0) continue
 				if (EI[e]) { eint[++ni] = ep; tint[ni] = tp }
 				if (EX[e]) { eext[++nx] = ep; text[nx] = tp }
-				h = fold(fold(fold(fold(h, ipnum(ep)), tp), EI[e]), EX[e])
+				h = fold(h, (ipnum(ep) * 262147 + tp * 4 + EI[e] * 2 + EX[e]) % M)
 			}
 			# destinations: cluster IPs (internal endpoints), external IPs and the NodePort (external endpoints)
 			for (sc = 1; sc <= 2; sc++) {
@@ -152,9 +152,11 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 				list = al = tu = ""
 				for (e = 1; e <= n; e++) {
 					ep = sc == 1 ? eint[e] : eext[e]; tp = sc == 1 ? tint[e] : text[e]
-					list = list (e > 1 ? "|" : "") ep_of(f, ep, tp)
+					list = list (e > 1 ? "|" : "") ep " . " tp
 					al = al (e > 1 ? "|" : "") ep
 					if (e == 1) tu = tp; else if (tu != tp) tu = ""
+					# masqueraded when it reaches itself (hairpin): each once
+					if (!((f, ep) in HPU)) { HPU[f, ep] = 1; HPF[++nhp] = f; HPE[nhp] = ep }
 				}
 				verd = ""
 				if (n && aff) verd = "goto " affinity(f, sc, ptag, PR[proto], pn, n, sc == 1 ? "c" : "x", sc == 2 && !etp, tmo, eint, tint, eext, text)
@@ -189,7 +191,6 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 	return 1
 }
 function bad_rec(loud) { if (loud) warn(shown(pk) ": skipping a Service line of an unexpected shape"); pk = ""; return 0 }
-function ep_of(f, ep, tp) { return ep " . " tp }
 
 # Affinity: per Service port, family and scope, a chain that sends a client
 # seen within the timeout to its endpoint (a dynamic set per endpoint), else
@@ -249,10 +250,7 @@ function full_service(line,   i, f, key, e, n, eps, u, w, cn) {
 		for (e = 1; e <= n; e++) add_el(EMAP, eps[e])
 		udp_new(f, cudp[i], cepsu[i])
 	}
-	for (i = 1; i <= nc; i++) if (cepsu[i] != "") {
-		n = split(cepsu[i], eps, "|")
-		for (e = 1; e <= n; e++) { split(eps[e], w, " "); u = cf[i] " " w[1]; if (!(u in hpseen)) { hpseen[u] = 1; add_el("hairpin" cf[i], w[1] " . " w[1]) } }
-	}
+	for (i = 1; i <= nhp; i++) { u = HPF[i] " " HPE[i]; if (!(u in hpseen)) { hpseen[u] = 1; add_el("hairpin" HPF[i], HPE[i] " . " HPE[i]) } }
 	for (i = 1; i <= ncip; i++) {
 		u = cipf[i] " " cip[i]
 		if (!(u in cipseen)) { cipseen[u] = 1; add_el("clusterips" cipf[i], cip[i]) }

@@ -41,7 +41,7 @@ interface Reader {
 const READERS: Reader[] = [
   {
     name: 'service-proxy-nft',
-    jqArgs: ['-f', join(LIB, 'service-proxy-nft.jq')],
+    jqArgs: ['--argjson', 'fast', 'true', '-f', join(LIB, 'service-proxy-nft.jq')],
     awkFiles: ['json-flat.awk', 'json-records.awk', 'service-proxy-nft-records.awk'],
     awkVars: {},
   },
@@ -249,6 +249,16 @@ for (const reader of READERS) t.test(`${reader.name}: the awk reader writes exac
     if (toJq) t.equal(r.code, 3, `left to jq: a line with ${needle}`);
     else t.equal(r.records, `${want[n]}\nZ\n`, `read as jq reads it: a line with ${needle}`);
   }
+});
+
+t.test('service-proxy-nft.jq: its fast records are those of its checked path, byte for byte', { skip: missing.length > 0 && `${missing.join(', ')} missing` }, async (t) => {
+  const dir = tempDir(t, 'kpsp-records-');
+  const lines = corpus();
+  const withFast = (f: string) => jqRecords({ ...READERS[0]!, jqArgs: ['--argjson', 'fast', f, '-f', join(LIB, 'service-proxy-nft.jq')] }, dir, lines);
+  const fast = await withFast('true');
+  const checked = await withFast('false');
+  const wrong = lines.flatMap((l, i) => (fast[i] === checked[i] ? [] : [`line ${l}\n fast    ${fast[i]}\n checked ${checked[i]}`]));
+  t.same(wrong, [], `every line of the corpus (${lines.length})`);
 });
 
 for (const reader of READERS.slice(0, 2)) t.test(`${reader.name}: the awk reader takes a whole input or none of it`, { skip: missing.length > 0 && `${missing.join(', ')} missing` }, async (t) => {
