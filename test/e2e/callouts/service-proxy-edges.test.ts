@@ -166,6 +166,57 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
     t.match(epa, /192\.0\.2\.46 \. 0 : 198\.51\.100\.46/);
   });
 
+  await t.test('keyed per Service, per Service port, or both: change sets across them, as full states', async (t) => {
+    // a: both ports' endpoints share their target ports (per Service); b: port 80's differ (it goes per port);
+    // c: ExternalTrafficToLocal with an Internal-only endpoint (the external IP's list differs: per port)
+    const line = (web2: number, etp: boolean) =>
+      JSON.stringify({
+        Service: {
+          Namespace: 'k',
+          Name: 'kinds',
+          Type: 'ClusterIP',
+          IPs: { ClusterIPs: { V4: ['192.0.2.30'] }, ExternalIPs: { V4: ['192.0.2.31'] } },
+          Ports: [
+            { Name: 'http', Protocol: 1, Port: 80, TargetPortName: 'web' },
+            { Name: 'alt', Protocol: 2, Port: 81, TargetPort: 8181 },
+          ],
+          ExternalTrafficToLocal: etp,
+        },
+        Endpoints: [
+          { IPs: { V4: ['198.51.100.30'] }, PortOverrides: [{ Name: 'http', Port: 8080 }], Scopes: { Internal: true, External: true } },
+          { IPs: { V4: ['198.51.100.31'] }, PortOverrides: [{ Name: 'http', Port: web2 }], Scopes: { Internal: true, External: !etp } },
+        ],
+      });
+    const [a, b, c] = [line(8080, false), line(8081, false), line(8080, true)];
+    const table = () => nft('list', 'table', 'inet', 'kpng_service_proxy');
+    t.equal((await apply(lines(a))).code, 0);
+    const svcA = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'svc4');
+    t.match(svcA, /192\.0\.2\.30 \. tcp \. 80 : goto q4_2/, 'a: per Service');
+    t.match(svcA, /192\.0\.2\.31 \. udp \. 81 : goto z4_2/);
+    for (const [from, to] of [
+      [a, b],
+      [b, c],
+      [c, a],
+      [a, c],
+      [c, b],
+      [b, a],
+    ] as const) {
+      const r = await apply(lines(prev(from), to), 'changes');
+      t.equal(r.code, 0, 'the change set applies', { stderr: r.stderr });
+      const viaChanges = await table();
+      t.equal((await apply(lines(to))).code, 0);
+      t.equal(viaChanges, await table(), 'as the full state of the new one');
+    }
+    t.equal((await apply(lines(b))).code, 0);
+    const svcB = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'svc4');
+    t.match(svcB, /192\.0\.2\.30 \. tcp \. 80 : goto p4_2/, 'b: port 80 per Service port');
+    t.match(svcB, /192\.0\.2\.30 \. udp \. 81 : goto q4_2/, 'port 81 still per Service');
+    t.equal((await apply(lines(c))).code, 0);
+    const svcC = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'svc4');
+    t.match(svcC, /192\.0\.2\.30 \. tcp \. 80 : goto q4_2/, 'c: the cluster IP per Service');
+    t.match(svcC, /192\.0\.2\.31 \. tcp \. 80 : goto p4_1/, 'its external IP (another list) per Service port, not masqueraded');
+  });
+
   await t.test('a cluster IP also listed as an external IP: change sets apply, as a full state', async (t) => {
     const a = svc('d', 'same', '192.0.2.70', { eps: ['198.51.100.70'], ext: ['192.0.2.70'] });
     const b = svc('d', 'same', '192.0.2.70', { eps: ['198.51.100.71'], ext: ['192.0.2.70'] });
