@@ -86,7 +86,7 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 	# its cluster IPs (clusteripsF: new connections to a port it does not serve are rejected);
 	# the first of each family keys its endpoints (canon())
 	ncip = 0
-	QK[4] = hl ? "" : L[1, 1]; QK[6] = hl ? "" : L[2, 1]
+	QK[4] = hl || !LN[1] ? "" : L[1, 1]; QK[6] = hl || !LN[2] ? "" : L[2, 1]
 	if (!hl) for (c = 1; c <= 2; c++) for (j = 1; j <= LN[c]; j++) { cipf[++ncip] = c == 1 ? 4 : 6; cip[ncip] = L[c, j]; h = fold(h, ipnum(L[c, j])) }
 	np = a[i]; if (np !~ /^[0-9]+$/) return bad_rec(loud)
 	pi = i + 1

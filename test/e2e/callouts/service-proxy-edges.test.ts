@@ -217,6 +217,33 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
     t.match(svcC, /192\.0\.2\.31 \. tcp \. 80 : goto p4_1/, 'its external IP (another list) per Service port, not masqueraded');
   });
 
+  await t.test('a Service without a cluster IP (or headless) is keyed per port, whatever the line before it holds', async (t) => {
+    const bare = (name: string, ips: Record<string, unknown>, ep: string, target: number) =>
+      JSON.stringify({
+        Service: { Namespace: 'k', Name: name, Type: 'ClusterIP', IPs: ips, Ports: [{ Protocol: 1, Port: 80, TargetPort: target }] },
+        Endpoints: [{ IPs: { V4: [ep] } }],
+      });
+    const a = svc('k', 'a', '192.0.2.35', { eps: ['198.51.100.35'] });
+    // (target ports change, not endpoints: a change set leaves hairpin elements, see callouts/README.md)
+    const a2 = svc('k', 'a', '192.0.2.35', { eps: ['198.51.100.35'], ports: [{ Protocol: 1, Port: 80, TargetPort: 8090 }] });
+    const b = bare('b', { ExternalIPs: { V4: ['192.0.2.36'] } }, '198.51.100.36', 8081);
+    const b2 = bare('b', { ExternalIPs: { V4: ['192.0.2.36'] } }, '198.51.100.36', 8082);
+    t.equal((await apply(lines(a, b))).code, 0);
+    const r = await apply(lines(prev(a), a2, prev(b), b2), 'changes');
+    t.equal(r.code, 0, 'a change set of both applies', { stderr: r.stderr });
+    const viaChanges = await nft('list', 'table', 'inet', 'kpng_service_proxy');
+    t.match(viaChanges, /192\.0\.2\.36 \. tcp \. 80 \. 0 : 198\.51\.100\.36 \. 8082/, "b's external IP keys its own elements");
+    t.equal((await apply(lines(a2, b2))).code, 0);
+    t.equal(await nft('list', 'table', 'inet', 'kpng_service_proxy'), viaChanges, 'as the full state');
+    // a headless Service that lists a cluster IP, then two with external IPs only: none takes that address as a key
+    const h = bare('h', { ClusterIPs: { V4: ['192.0.2.37'] }, Headless: true }, '198.51.100.37', 8080);
+    const e1 = bare('e1', { ExternalIPs: { V4: ['192.0.2.38'] } }, '198.51.100.38', 8080);
+    const e2 = bare('e2', { ExternalIPs: { V4: ['192.0.2.39'] } }, '198.51.100.39', 8081);
+    const full = await apply(lines(h, e1, e2));
+    t.equal(full.code, 0, 'the full state applies', { stderr: full.stderr });
+    t.notMatch(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'tp4'), /192\.0\.2\.37/);
+  });
+
   await t.test('a cluster IP also listed as an external IP: change sets apply, as a full state', async (t) => {
     const a = svc('d', 'same', '192.0.2.70', { eps: ['198.51.100.70'], ext: ['192.0.2.70'] });
     const b = svc('d', 'same', '192.0.2.70', { eps: ['198.51.100.71'], ext: ['192.0.2.70'] });
