@@ -18,11 +18,11 @@
 // same state, whatever its planning: jq reading it (`jq empty`), and `nft -f`
 // of a bare table holding only its endpoints in one map, keyed three ways: per
 // destination (each ClusterIP and ExternalIP its own elements, as service-proxy-nft
-// keyed them until 2026-11-28), per Service port (destination -> an id, id . index
-// -> endpoint: about what it loads now, keyed by one destination of each Service
-// port, the others rewritten to it), and per Service (id . index
+// keyed them until 2026-11-28 01:00), per Service port (destination -> an id, id .
+// index -> endpoint: keyed by one destination of each Service port, the others
+// rewritten to it, as it did until 2026-11-28 03:00), and per Service (id . index
 // -> endpoint address, Service id . port -> target port: when all its ports
-// share the endpoints and their target ports). No packet is sent: the
+// share the endpoints and their target ports; about what it loads now). No packet is sent: the
 // Service addresses come from 198.18.0.0/16 and the endpoints from
 // 198.19.0.0/16 (RFC 2544 benchmarking range: the documentation ranges hold
 // 768 IPv4 addresses, 20,000 Service addresses do not fit), the moved
