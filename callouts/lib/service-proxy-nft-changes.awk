@@ -93,10 +93,10 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 				}
 			}
 		}
-		# cluster IPs: those of what goes deleted (guarded: one another Service holds too, in
-		# cipdupsF, fails the transaction), those of what comes created (one held already fails)
 		# the hairpin elements of all its endpoints, as a full state adds them
 		if (op == 2) for (c = 1; c <= nhp; c++) if (!((HPF[c], HPE[c]) in HPA)) { HPA[HPF[c], HPE[c]] = 1; app(ADD, "hairpin" HPF[c], HPE[c] " . " HPE[c]) }
+		# cluster IPs: those of what goes deleted (guarded: one another Service holds too, in
+		# cipdupsF, fails the transaction), those of what comes created (one held already fails)
 		for (c = 1; c <= ncip; c++) {
 			kk = cipf[c] SUBSEP cip[c]
 			if (op == 1) {

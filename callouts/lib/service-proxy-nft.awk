@@ -224,7 +224,7 @@ function affinity(f, sc, pk, pr, pn, n, s, masq, tmo, eint, tint, eext, text,   
 }
 
 # ---- full state: the whole table, rebuilt in one transaction ----
-function full_service(line,   i, f, key, e, n, eps, u, w, cn) {
+function full_service(line,   i, f, key, e, n, eps, u, cn) {
 	if (!plan(line, 1)) return
 	if (pk in fseen) { warn(shown(pk) ": skipping a second line for this Service"); return }
 	fseen[pk] = 1
@@ -348,7 +348,7 @@ function full_end(   i, f, k, p, out, nm, body, t) {
 	# the shared chains for 1..PRE endpoints always (a change set cannot add
 	# rules that use epF once it holds elements: nft 1.0.6 fails to evaluate
 	# them), and any larger N the state needs
-	for (f = 4; f <= 6; f += 2) for (i = 1; i <= PRE; i++) { pneed[f, "p", i] = 1; pneed[f, "n", i] = 1; pneed[f, "x", i] = 1; pneed[f, "m", i] = 1; pneed[f, "r", i] = 1; pneed[f, "y", i] = 1; pneed[f, "q", i] = 1; pneed[f, "w", i] = 1; pneed[f, "s", i] = 1; pneed[f, "z", i] = 1 }
+	for (f = 4; f <= 6; f += 2) for (i = 1; i <= PRE; i++) for (k = 1; k <= 10; k++) pneed[f, substr("pnxmryqwsz", k, 1), i] = 1
 	for (k in pneed) { split(k, p, SUBSEP); if (p[2] == "p" || p[2] == "n" || p[2] == "q") print decl(epmap(p[1], p[2], p[3]), eptype(p[1], p[2])) > out }
 	for (k in pneed) { split(k, p, SUBSEP); print pchain(p[1], p[2], p[3], "full") > out }
 	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 6) == "chain\t") {
