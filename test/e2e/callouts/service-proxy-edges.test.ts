@@ -1,59 +1,22 @@
 /**
- * The bundled service proxiers on edge cases of their input, fed directly:
- * - service-proxy-nft in a network namespace the test creates (root, nft):
- *   change sets for a Service of more than 64 endpoints (its shared chain
- *   is kept, not re-added), a destination another Service holds without
- *   endpoints (the transaction fails; a full state decides), a cluster IP a
- *   Service also lists as an external IP, destinations that share their
- *   endpoints (keyed by one of them: change sets across that, and the key
- *   when another Service holds the cluster IP as an external IP);
- * - DRY_RUN (jq only): names Kubernetes would refuse (served, objects named by
- *   a hash), numbers given as strings or fractions (skipped, logged), ClientIP
- *   affinity refreshed by every new connection of a known client;
- *   service-proxy-iptables: the first Service in the state's order owns a
- *   destination, bad numbers are logged, a line that is not a Service is
- *   invalid input, anything but a full state is refused.
- * Real traffic: service-proxy.test.ts.
+ * service-proxy-nft on edge cases of its input, fed directly, in a network
+ * namespace the test creates (root, nft): change sets for a Service of more
+ * than 64 endpoints (its shared chain is kept, not re-added), a cluster IP two
+ * Services hold, a destination another Service holds without endpoints (the
+ * transaction fails; a full state decides), a cluster IP a Service also lists
+ * as an external IP, destinations that share their endpoints (keyed per
+ * Service or per Service port: change sets across both, equal to full
+ * states), the key when another Service holds the cluster IP as an external
+ * IP, and a Service without a cluster IP. DRY_RUN on edge cases:
+ * service-proxy-dry-run.test.ts; real traffic: service-proxy.test.ts.
  */
-import t from 'tap';
-import { missingTools, mustRun, runCommand, type CommandResult } from '../../helpers/command.js';
+import t, { type Test } from 'tap';
+import { mustRun, runCommand } from '../../helpers/command.js';
 import { repoPath } from '../../helpers/fixtures.js';
 import { netnsMissing } from '../../helpers/netns.js';
-import { routes } from '../../helpers/nft-routes.js';
+import { lines, prev, run, svc } from '../../helpers/service-proxy-lines.js';
 
 const NFT = repoPath('callouts/service-proxy-nft');
-const IPT = repoPath('callouts/service-proxy-iptables');
-
-interface SvcOptions {
-  eps?: string[] | null;
-  ext?: string[];
-  affinity?: number;
-  ports?: unknown[];
-}
-
-/** A Service line: ClusterIP `ip`, TCP 80 -> 8080 unless `ports`, endpoints of both scopes. */
-function svc(ns: string, name: string, ip: string, o: SvcOptions = {}): string {
-  const IPs: Record<string, unknown> = { ClusterIPs: { V4: [ip] } };
-  if (o.ext) IPs.ExternalIPs = { V4: o.ext };
-  return JSON.stringify({
-    Service: {
-      Namespace: ns,
-      Name: name,
-      Type: 'ClusterIP',
-      IPs,
-      Ports: o.ports ?? [{ Protocol: 1, Port: 80, TargetPort: 8080 }],
-      SessionAffinity: o.affinity === undefined ? null : { ClientIP: { TimeoutSeconds: o.affinity } },
-    },
-    Endpoints: o.eps === null ? null : (o.eps ?? ['198.51.100.1']).map((e) => ({ IPs: { V4: [e] }, Scopes: { Internal: true, External: true } })),
-  });
-}
-const prev = (line: string): string => `{"Previous":${line}}`;
-const lines = (...l: string[]): string => l.map((x) => x + '\n').join('');
-
-function run(cmd: string, input: string, env: NodeJS.ProcessEnv = {}, ns?: string): Promise<CommandResult> {
-  const [c, args] = ns ? ['ip', ['netns', 'exec', ns, cmd]] : [cmd, []];
-  return runCommand(c as string, args as string[], { input, env: { ...process.env, ...env }, timeoutMs: 60_000 });
-}
 
 const NS_PREFIX = 'kpspe-';
 const why = await netnsMissing(NS_PREFIX, ['ip', 'nft', 'jq'], 'apt-get install iproute2 nftables jq');
@@ -64,6 +27,16 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
   t.teardown(() => runCommand('ip', ['netns', 'del', ns]).then(() => undefined));
   const nft = (...args: string[]): Promise<string> => mustRun('ip', ['netns', 'exec', ns, 'nft', ...args]);
   const apply = (input: string, kind: 'full' | 'changes' = 'full') => run(NFT, input, { KPNG_CALLOUT_INPUT: kind }, ns);
+  /** Each change set FROM -> TO applies, and leaves `listing()` as the full state of TO then does. */
+  const changesAsFull = async (t: Test, steps: ReadonlyArray<readonly [string, string]>, listing: () => Promise<unknown>) => {
+    for (const [from, to] of steps) {
+      const r = await apply(lines(prev(from), to), 'changes');
+      t.equal(r.code, 0, 'the change set applies', { stderr: r.stderr });
+      const viaChanges = await listing();
+      t.equal((await apply(lines(to))).code, 0);
+      t.same(viaChanges, await listing(), 'as the full state of the new one');
+    }
+  };
 
   await t.test('a cluster IP two Services hold: a change set to either fails, changing nothing; a full state decides', async (t) => {
     const b = svc('d', 'b', '192.0.2.20');
@@ -133,16 +106,14 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
     t.match(epaA, /192\.0\.2\.40 \. 0 : 198\.51\.100\.40/, 'the endpoints keyed per Service by the cluster IP');
     t.match(tpA, /192\.0\.2\.40 \. tcp \. 80 : 8080/, 'and its target port');
     t.notMatch(`${epA ?? ''}${epaA ?? ''}`, /192\.0\.2\.4[12] /, 'the external IPs have no endpoint elements of their own');
-    for (const [from, to] of [
-      [a, b],
-      [b, a],
-    ] as const) {
-      const r = await apply(lines(prev(from), to), 'changes');
-      t.equal(r.code, 0, 'the change set applies', { stderr: r.stderr });
-      const viaChanges = await maps();
-      t.equal((await apply(lines(to))).code, 0);
-      t.same(viaChanges, await maps(), 'as the full state of the new one');
-    }
+    await changesAsFull(
+      t,
+      [
+        [a, b],
+        [b, a],
+      ],
+      maps,
+    );
     t.equal((await apply(lines(b))).code, 0);
     const [, keyB, epB1] = await maps();
     t.match(keyB, /192\.0\.2\.42 \. tcp \. 80 : 192\.0\.2\.41/, 'b: the second external IP is keyed by the first');
@@ -188,25 +159,22 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
         ],
       });
     const [a, b, c] = [line(8080, false), line(8081, false), line(8080, true)];
-    const table = () => nft('list', 'table', 'inet', 'kpng_service_proxy');
     t.equal((await apply(lines(a))).code, 0);
     const svcA = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'svc4');
     t.match(svcA, /192\.0\.2\.30 \. tcp \. 80 : goto q4_2/, 'a: per Service');
     t.match(svcA, /192\.0\.2\.31 \. udp \. 81 : goto z4_2/);
-    for (const [from, to] of [
-      [a, b],
-      [b, c],
-      [c, a],
-      [a, c],
-      [c, b],
-      [b, a],
-    ] as const) {
-      const r = await apply(lines(prev(from), to), 'changes');
-      t.equal(r.code, 0, 'the change set applies', { stderr: r.stderr });
-      const viaChanges = await table();
-      t.equal((await apply(lines(to))).code, 0);
-      t.equal(viaChanges, await table(), 'as the full state of the new one');
-    }
+    await changesAsFull(
+      t,
+      [
+        [a, b],
+        [b, c],
+        [c, a],
+        [a, c],
+        [c, b],
+        [b, a],
+      ],
+      () => nft('list', 'table', 'inet', 'kpng_service_proxy'),
+    );
     t.equal((await apply(lines(b))).code, 0);
     const svcB = await nft('list', 'map', 'inet', 'kpng_service_proxy', 'svc4');
     t.match(svcB, /192\.0\.2\.30 \. tcp \. 80 : goto p4_2/, 'b: port 80 per Service port');
@@ -257,153 +225,4 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
     t.equal(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'svc4'), svc4);
     t.equal(await nft('list', 'map', 'inet', 'kpng_service_proxy', 'epa4_1'), ep4);
   });
-});
-
-const noJq = missingTools(['jq']).length > 0 ? 'jq is missing (apt-get install jq)' : false;
-
-t.test('service-proxy-nft DRY_RUN: names, numbers, affinity', { skip: noJq }, async (t) => {
-  const hostile = svc('ns;x', 'we"b;$(touch /nonexistent)\nx', '192.0.2.60', { eps: ['198.51.100.60'], affinity: 10 });
-  const r = await run(NFT, lines(hostile), { DRY_RUN: '1' });
-  t.equal(r.code, 0, 'served', { stderr: r.stderr });
-  t.match(r.stdout, /192\.0\.2\.60 \. tcp \. 80 : goto a4c-h\d+-\d+-tcp80/, 'its affinity chain named by a hash');
-  t.notMatch(r.stdout, /touch|we"b|ns;x/, 'no text of its names in the script');
-  t.match(r.stdout, /ip saddr @a4-h\d+-\d+-tcp80-1 goto e4-h\d+-\d+-tcp80-1/, 'a known client goes through the endpoint chain');
-  t.match(r.stdout, /chain e4-h\d+-\d+-tcp80-1 \{\n\t\tupdate @a4-h\d+-\d+-tcp80-1 \{ ip saddr \}/, 'which restarts its timeout');
-
-  const numbers = svc('e', 's', '192.0.2.90', {
-    ports: [
-      { Protocol: '2', Port: '83' },
-      { Protocol: 1, Port: 80.5 },
-      { Protocol: 1, Port: 84, TargetPort: '8084' },
-      { Protocol: 1, Port: 85 },
-    ],
-  });
-  const n = await run(NFT, lines(numbers), { DRY_RUN: '1' });
-  t.equal(n.code, 0);
-  t.match(n.stderr, /skipping port ""83"": protocol ""2"" is not TCP, UDP or SCTP/);
-  t.match(n.stderr, /skipping port "80\.5": not a port number/);
-  t.match(n.stderr, /ignoring target port ""8084"": not a port number/);
-  t.same(routes(n.stdout).get('192.0.2.90 . tcp . 84'), ['198.51.100.1:84'], 'a target port given as a string: the port itself');
-  t.same(routes(n.stdout).get('192.0.2.90 . tcp . 85'), ['198.51.100.1:85']);
-  t.notMatch(n.stdout, /\. (83|80) [:.]/, 'nothing of the skipped ports');
-});
-
-t.test('service-proxy-iptables DRY_RUN: who owns a destination, bad numbers, a line that is not a Service', { skip: noJq }, async (t) => {
-  // kpng order: a/cc before a/dd (whatever their chain names hash to)
-  const r = await run(IPT, lines(svc('a', 'cc', '192.0.2.50', { eps: ['198.51.100.1'] }), svc('a', 'dd', '192.0.2.50', { eps: ['198.51.100.2'] })), { DRY_RUN: '1' });
-  t.equal(r.code, 0, 'applied', { stderr: r.stderr });
-  t.equal(r.stdout.match(/-d 192\.0\.2\.50\/32/g)?.length, 1, 'one rule for the destination');
-  t.match(r.stdout, /198\.51\.100\.1:8080/, 'the first Service\'s endpoint');
-  t.notMatch(r.stdout, /198\.51\.100\.2:/);
-  t.match(r.stderr, /"a\/dd": skipping destination 192\.0\.2\.50 tcp 80: already used by "a\/cc"/);
-
-  const bad = svc('e', 's', '192.0.2.90', {
-    ports: [
-      { Protocol: 1, Port: 80.5 },
-      { Protocol: 1.2, Port: 81 },
-      { Protocol: 1, Port: '82' },
-      { Protocol: 1, Port: 84, TargetPort: 70000 },
-    ],
-    affinity: 99999,
-  });
-  const b = await run(IPT, lines(bad), { DRY_RUN: '1' });
-  t.equal(b.code, 0);
-  t.match(b.stderr, /port "80\.5" is not an integer 1-65535/);
-  t.match(b.stderr, /protocol "1\.2" is not TCP, UDP or SCTP/);
-  t.match(b.stderr, /port ""82"" is not an integer 1-65535/);
-  t.match(b.stderr, /target port "70000" is not an integer 1-65535; using the port/);
-  t.match(b.stderr, /session affinity timeout "99999" is not 1\.\.86400; using 10800/);
-  t.match(b.stdout, /--dport 84 /);
-  t.match(b.stdout, /DNAT --to-destination 198\.51\.100\.1:84/);
-  t.notMatch(b.stdout, /--dport (80|81|82) /);
-
-  for (const line of ['[]', '{}', '42', '{"Service":"x"}', '{"Service":null}']) {
-    const x = await run(IPT, `${line}\n`, { DRY_RUN: '1' });
-    t.equal(x.code, 1, `${line}: invalid input, exit 1`);
-    t.match(x.stderr, /cannot read the state/);
-    // Anywhere, not only last (jq 1.6 run once per line reports only the last line's error).
-    const first = await run(IPT, `${line}\n${lines(svc('a', 'cc', '192.0.2.50', { eps: ['198.51.100.1'] }))}`, { DRY_RUN: '1' });
-    t.equal(first.code, 1, `${line} before a Service: invalid input, exit 1`);
-    t.equal(first.stdout, '', 'nothing printed');
-  }
-});
-
-t.test('service-proxy-iptables takes full states only: a change set, a persistent session or an unknown input kind is refused, nothing printed', { skip: noJq }, async (t) => {
-  const line = svc('n', 'q', '192.0.2.61');
-  for (const [env, re] of [
-    [{ KPNG_CALLOUT_INPUT: 'changes' }, /a change set \(KPNG_CALLOUT_INPUT=changes\) cannot be applied/],
-    [{ KPNG_CALLOUT_MODE: 'persistent' }, /cannot run as a persistent callout/],
-    [{ KPNG_CALLOUT_INPUT: 'diff' }, /KPNG_CALLOUT_INPUT must be full/],
-  ] as Array<[NodeJS.ProcessEnv, RegExp]>) {
-    const r = await run(IPT, lines(line), { DRY_RUN: '1', ...env });
-    t.equal(r.code, 1, JSON.stringify(env));
-    t.equal(r.stdout, '', 'nothing printed');
-    t.match(r.stderr, re);
-  }
-  const ok = await run(IPT, lines(line), { DRY_RUN: '1', KPNG_CALLOUT_INPUT: 'full' });
-  t.equal(ok.code, 0, 'KPNG_CALLOUT_INPUT=full', { stderr: ok.stderr });
-});
-
-t.test('service-proxy-iptables DRY_RUN: NodePorts are not taken on loopback (as kube-proxy)', { skip: noJq }, async (t) => {
-  // DNATed from 127.0.0.1 / ::1 without route_localnet, a connection leaves with a loopback source and hangs.
-  const line = svc('n', 'p', '192.0.2.60', { ports: [{ Protocol: 1, Port: 80, NodePort: 30080, TargetPort: 8080 }] });
-  const r = await run(IPT, lines(line), { DRY_RUN: '1' });
-  t.equal(r.code, 0, 'applied', { stderr: r.stderr });
-  const jumps = r.stdout.split('\n').filter((l) => l.includes('-j KPNG-SP-NODEPORTS') && l.startsWith('-A KPNG-SP-SERVICES'));
-  t.same(jumps, [
-    '-A KPNG-SP-SERVICES ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j KPNG-SP-NODEPORTS',
-    '-A KPNG-SP-SERVICES ! -d ::1/128 -m addrtype --dst-type LOCAL -j KPNG-SP-NODEPORTS',
-  ], 'one jump per family, loopback left out');
-});
-
-t.test('DRY_RUN: an endpoint whose PortOverrides lack a named target port is not used for it (as kube-proxy), a numeric one or none falls back', { skip: noJq }, async (t) => {
-  // pod2's slice lacks "metrics" (its pod does not serve "mtr"); "num" (a numeric TargetPort) and "raw" (none: Port)
-  // keep the issue's fallbacks.
-  const ep = (ip: string, overrides: unknown[]) => ({ IPs: { V4: [ip] }, PortOverrides: overrides, Scopes: { Internal: true, External: true } });
-  const line = JSON.stringify({
-    Service: {
-      Namespace: 'default',
-      Name: 'named',
-      Type: 'ClusterIP',
-      IPs: { ClusterIPs: { V4: ['192.0.2.60'] } },
-      Ports: [
-        { Name: 'http', Protocol: 1, Port: 80, TargetPortName: 'web' },
-        { Name: 'metrics', Protocol: 1, Port: 8443, TargetPortName: 'mtr' },
-        { Name: 'num', Protocol: 1, Port: 81, TargetPort: 8181 },
-        { Name: 'raw', Protocol: 1, Port: 82 },
-      ],
-      SessionAffinity: null,
-    },
-    Endpoints: [ep('198.51.100.2', [{ Name: 'http', Port: 8080 }, { Name: 'metrics', Port: 9090 }]), ep('198.51.100.130', [{ Name: 'http', Port: 8080 }])],
-  });
-  const nft = await run(NFT, lines(line), { DRY_RUN: '1' });
-  t.equal(nft.code, 0, 'nft: planned', { stderr: nft.stderr });
-  t.same(Object.fromEntries(routes(nft.stdout)), {
-    '192.0.2.60 . tcp . 80': ['198.51.100.2:8080', '198.51.100.130:8080'],
-    '192.0.2.60 . tcp . 81': ['198.51.100.2:8181', '198.51.100.130:8181'],
-    '192.0.2.60 . tcp . 82': ['198.51.100.2:82', '198.51.100.130:82'],
-    '192.0.2.60 . tcp . 8443': ['198.51.100.2:9090'],
-  });
-  const ipt = await run(IPT, lines(line), { DRY_RUN: '1' });
-  t.equal(ipt.code, 0, 'iptables: planned', { stderr: ipt.stderr });
-  const dnat = ipt.stdout.split('\n').flatMap((l) => /--to-destination (\S+)/.exec(l)?.[1] ?? []).sort();
-  t.same(dnat, ['198.51.100.130:8080', '198.51.100.130:8181', '198.51.100.130:82', '198.51.100.2:8080', '198.51.100.2:8181', '198.51.100.2:82', '198.51.100.2:9090']);
-});
-
-t.test('DRY_RUN: an endpoint whose PortOverrides entry for the port has no number (an EndpointSlice port without one) is not used for it, as kube-proxy', { skip: noJq }, async (t) => {
-  const line = JSON.stringify({
-    Service: { Namespace: 'default', Name: 'nilport', Type: 'ClusterIP', IPs: { ClusterIPs: { V4: ['192.0.2.61'] } }, Ports: [{ Name: 'http', Protocol: 1, Port: 80, TargetPort: 8080 }], SessionAffinity: null },
-    Endpoints: [
-      { IPs: { V4: ['198.51.100.2'] }, PortOverrides: [{ Name: 'http' }] },
-      { IPs: { V4: ['198.51.100.3'] }, PortOverrides: [{ Name: 'http', Port: 9090 }] },
-    ],
-  });
-  const nft = await run(NFT, lines(line), { DRY_RUN: '1' });
-  t.equal(nft.code, 0, 'nft: planned', { stderr: nft.stderr });
-  t.same(Object.fromEntries(routes(nft.stdout)), { '192.0.2.61 . tcp . 80': ['198.51.100.3:9090'] });
-  t.match(nft.stderr, /endpoint "198\.51\.100\.2": its port "http" is "0", not a port number: not used for port 80/);
-  const ipt = await run(IPT, lines(line), { DRY_RUN: '1' });
-  t.equal(ipt.code, 0, 'iptables: planned', { stderr: ipt.stderr });
-  t.same(ipt.stdout.split('\n').flatMap((l) => /--to-destination (\S+)/.exec(l)?.[1] ?? []), ['198.51.100.3:9090']);
-  t.match(ipt.stderr, /endpoint 198\.51\.100\.2: its port override has no port number: not used for this port/);
 });
