@@ -52,7 +52,7 @@ function strhash(s, mul,   i, v) {
 # affinity objects 1..na (aset (decl) / achain (name) lines in aobj), its
 # cluster IPs 1..ncip (cipf family, cip address; none when headless), and
 # the shared chains it uses (pneed[f, kind, N]).
-function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn, named, al, tu) {
+function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn, named, al, tu, both, built) {
 	n = split(line, a, "\t")
 	pk = ""; nc = 0; na = 0; nhp = 0; phash = 0; delete AFID; delete AFN; delete CANON; delete QG; delete QT; delete QU; delete HPU
 	ns = a[2]; nm = a[3]
@@ -120,8 +120,8 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 		pn = PR[proto] port
 		h = fold(fold(fold(h, proto), port), nport)
 		for (f = 4; f <= 6; f += 2) {
-			# endpoints of this family, with their target port
-			ni = nx = 0
+			# endpoints of this family, with their target port (both: each of them of both scopes)
+			ni = nx = 0; both = 1; built = 0
 			for (e = 1; e <= ne; e++) {
 				ep = f == 4 ? E4[e] : E6[e]
 				if (ep == "") continue
@@ -139,6 +139,7 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 				if (named && o == ON[e] && ON[e] > 0) continue
 				if (EI[e]) { eint[++ni] = ep; tint[ni] = tp }
 				if (EX[e]) { eext[++nx] = ep; text[nx] = tp }
+				if (EI[e] != EX[e]) both = 0
 				h = fold(h, (ipnum(ep) * 262147 + tp * 4 + EI[e] * 2 + EX[e]) % M)
 			}
 			# destinations: cluster IPs (internal endpoints), external IPs and the NodePort (external endpoints)
@@ -148,16 +149,20 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 				nd = LN[c] + (sc == 2 && nport ? 1 : 0)
 				if (!nd) continue
 				n = sc == 1 ? ni : nx
-				# the endpoints (EP . PORT), their addresses, and their one target port ("": several)
-				list = al = tu = ""
-				for (e = 1; e <= n; e++) {
-					ep = sc == 1 ? eint[e] : eext[e]; tp = sc == 1 ? tint[e] : text[e]
-					list = list (e > 1 ? "|" : "") ep " . " tp
-					al = al (e > 1 ? "|" : "") ep
-					if (e == 1) tu = tp; else if (tu != tp) tu = ""
-					# masqueraded when it reaches itself (hairpin): each once
-					if (!((f, ep) in HPU)) { HPU[f, ep] = 1; HPF[++nhp] = f; HPE[nhp] = ep }
+				# the endpoints (EP . PORT), their addresses, and their one target port ("": several);
+				# the external ones are the internal ones when each endpoint is of both scopes
+				if (!built || !both) {
+					list = al = tu = ""
+					for (e = 1; e <= n; e++) {
+						ep = sc == 1 ? eint[e] : eext[e]; tp = sc == 1 ? tint[e] : text[e]
+						list = list (e > 1 ? "|" : "") ep " . " tp
+						al = al (e > 1 ? "|" : "") ep
+						if (e == 1) tu = tp; else if (tu != tp) tu = ""
+						# masqueraded when it reaches itself (hairpin): each once
+						if (!((f, ep) in HPU)) { HPU[f, ep] = 1; HPF[++nhp] = f; HPE[nhp] = ep }
+					}
 				}
+				built = 1
 				verd = ""
 				if (n && aff) verd = "goto " affinity(f, sc, ptag, PR[proto], pn, n, sc == 1 ? "c" : "x", sc == 2 && !etp, tmo, eint, tint, eext, text)
 				for (k = 1; k <= nd; k++) {
