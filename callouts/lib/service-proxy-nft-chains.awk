@@ -46,9 +46,11 @@ function canon(c,   p, f, key, g) {
 	if (key != "" && ctp[c] != "" && !((f " " key) in cipseen)) {
 		g = f SUBSEP cal[c]
 		if (!(g in QG) && !(f in QU)) { QG[g] = 1; QU[f] = 1; cqnew = 1 }
-		if (g in QG) {
+		# its port's target port is that of the key's (the same addresses may
+		# have another target port in the other scope: then per port)
+		if ((g in QG) && (!((f, p[3], p[5]) in QT) || QT[f, p[3], p[5]] == ctp[c])) {
 			cq = key
-			if (!((f, p[3], p[5]) in QT)) { QT[f, p[3], p[5]] = 1; cqtp = key " . " p[3] " . " p[5] " : " ctp[c] }
+			if (!((f, p[3], p[5]) in QT)) { QT[f, p[3], p[5]] = ctp[c]; cqtp = key " . " p[3] " . " p[5] " : " ctp[c] }
 			return p[1] == key ? "" : key
 		}
 	}

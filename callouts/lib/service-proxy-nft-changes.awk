@@ -6,7 +6,9 @@
 # the additions, and the other way round, so a destination another Service
 # holds fails the transaction (the runner then sends a full state, which
 # decides as a full state does: the first in kpng order). Sets `bad` (and
-# writes nothing) when the lines repeat a Service or are out of order.
+# writes nothing) when the lines repeat a Service or are out of order, or
+# when two of its Services hold one cluster IP (a guard cannot see that: each
+# creates the same element).
 
 # ---- change set: only the changed Services, guarded ----
 function app(A, k, v) { if (k in A) A[k] = A[k] ", " v; else A[k] = v }
@@ -96,7 +98,8 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 		# the hairpin elements of all its endpoints, as a full state adds them
 		if (op == 2) for (c = 1; c <= nhp; c++) if (!((HPF[c], HPE[c]) in HPA)) { HPA[HPF[c], HPE[c]] = 1; app(ADD, "hairpin" HPF[c], HPE[c] " . " HPE[c]) }
 		# cluster IPs: those of what goes deleted (guarded: one another Service holds too, in
-		# cipdupsF, fails the transaction), those of what comes created (one held already fails)
+		# cipdupsF, fails the transaction), those of what comes created (one held already fails;
+		# one two of them hold: the full state decides which keys by it)
 		for (c = 1; c <= ncip; c++) {
 			kk = cipf[c] SUBSEP cip[c]
 			if (op == 1) {
@@ -105,7 +108,8 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 				G1[++ng1] = "create element " T " cipdups" cipf[c] " { " cip[c] " }"
 				G1[++ng1] = "delete element " T " cipdups" cipf[c] " { " cip[c] " }"
 				app(DEL, "clusterips" cipf[c], cip[c])
-			} else if (!(kk in CI2)) { CI2[kk] = 1; app(ADD, "clusterips" cipf[c], cip[c]) }
+			} else if (kk in CI2) { bad = "two Services of the change set hold cluster IP " cip[c]; return }
+			else { CI2[kk] = 1; app(ADD, "clusterips" cipf[c], cip[c]) }
 		}
 		for (c = 1; c <= na; c++) {
 			split(aobj[c], p, "\t")

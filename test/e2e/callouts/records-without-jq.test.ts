@@ -253,7 +253,9 @@ for (const reader of READERS) t.test(`${reader.name}: the awk reader writes exac
 
 t.test('service-proxy-nft.jq: its fast records are those of its checked path, byte for byte', { skip: missing.length > 0 && `${missing.join(', ')} missing` }, async (t) => {
   const dir = tempDir(t, 'kpsp-records-');
-  const lines = corpus();
+  // and numbers arithmetic would rewrite (-0 as 0), and none as false
+  const zero = '{"Service":{"Namespace":"a","Name":"z","Ports":[{"Protocol":1,"Port":80,"TargetPort":-0}],"SessionAffinity":{"ClientIP":{"TimeoutSeconds":-0}}},"Endpoints":[{"IPs":{"V4":["192.0.2.1"]},"PortOverrides":[{"Name":"","Port":-0}]}]}';
+  const lines = [...corpus(), zero, `{"Previous":${zero}}`, zero.replace('"TargetPort":-0', '"NodePort":false')];
   const withFast = (f: string) => jqRecords({ ...READERS[0]!, jqArgs: ['--argjson', 'fast', f, '-f', join(LIB, 'service-proxy-nft.jq')] }, dir, lines);
   const fast = await withFast('true');
   const checked = await withFast('false');

@@ -151,6 +151,19 @@ t.test('DRY_RUN: an endpoint whose PortOverrides lack a named target port is not
   t.same(dnat, ['198.51.100.130:8080', '198.51.100.130:8181', '198.51.100.130:82', '198.51.100.2:8080', '198.51.100.2:8181', '198.51.100.2:82', '198.51.100.2:9090']);
 });
 
+t.test('service-proxy-nft DRY_RUN: the same endpoint address with another target port in each scope: each destination its own port', { skip: noJq }, async (t) => {
+  const line = JSON.stringify({
+    Service: { Namespace: 'k', Name: 'scopes', Type: 'ClusterIP', IPs: { ClusterIPs: { V4: ['192.0.2.62'] }, ExternalIPs: { V4: ['192.0.2.63'] } }, Ports: [{ Name: 'http', Protocol: 1, Port: 80, TargetPort: 8080 }] },
+    Endpoints: [
+      { IPs: { V4: ['198.51.100.62'] }, Scopes: { Internal: true, External: false }, PortOverrides: [{ Name: 'http', Port: 8080 }] },
+      { IPs: { V4: ['198.51.100.62'] }, Scopes: { Internal: false, External: true }, PortOverrides: [{ Name: 'http', Port: 9090 }] },
+    ],
+  });
+  const r = await run(NFT, lines(line), { DRY_RUN: '1' });
+  t.equal(r.code, 0, 'planned', { stderr: r.stderr });
+  t.same(Object.fromEntries(routes(r.stdout)), { '192.0.2.62 . tcp . 80': ['198.51.100.62:8080'], '192.0.2.63 . tcp . 80': ['198.51.100.62:9090'] });
+});
+
 t.test('DRY_RUN: an endpoint whose PortOverrides entry for the port has no number (an EndpointSlice port without one) is not used for it, as kube-proxy', { skip: noJq }, async (t) => {
   const line = JSON.stringify({
     Service: { Namespace: 'default', Name: 'nilport', Type: 'ClusterIP', IPs: { ClusterIPs: { V4: ['192.0.2.61'] } }, Ports: [{ Name: 'http', Protocol: 1, Port: 80, TargetPort: 8080 }], SessionAffinity: null },

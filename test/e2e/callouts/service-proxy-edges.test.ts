@@ -51,6 +51,20 @@ t.test('service-proxy-nft change sets on edge cases, in a network namespace', { 
     t.notMatch(await nft('list', 'set', 'inet', 'kpng_service_proxy', 'clusterips4'), /192\.0\.2\.20/, 'and the address is gone');
   });
 
+  await t.test('two Services of one change set with the same cluster IP: refused, changing nothing; a full state decides', async (t) => {
+    const other = svc('d', 'other', '192.0.2.22');
+    t.equal((await apply(lines(other))).code, 0);
+    const before = await nft('list', 'table', 'inet', 'kpng_service_proxy');
+    const a = svc('d', 'a', '192.0.2.21', { eps: ['198.51.100.21'] });
+    const b = svc('d', 'b', '192.0.2.21', { eps: ['198.51.100.21'], ports: [{ Protocol: 1, Port: 81, TargetPort: 8081 }] });
+    const r = await apply(lines(a, b), 'changes');
+    t.equal(r.code, 1, 'refused', { stderr: r.stderr });
+    t.match(r.stderr, /two Services of the change set hold cluster IP 192\.0\.2\.21/);
+    t.equal(await nft('list', 'table', 'inet', 'kpng_service_proxy'), before, 'nothing changed');
+    t.equal((await apply(lines(a, b, other))).code, 0, 'the full state applies');
+    t.match(await nft('list', 'set', 'inet', 'kpng_service_proxy', 'cipdups4'), /192\.0\.2\.21/, 'and records the cluster IP two Services hold');
+  });
+
   await t.test('a Service of 70 endpoints: a change set moves one (its shared chain exists, left as it is)', async (t) => {
     const many = Array.from({ length: 70 }, (_, i) => `198.51.100.${i + 1}`);
     const moved = [...many.slice(0, -1), '198.51.100.200'];
