@@ -33,67 +33,66 @@
 # checks cipseen; a change set's guards fail on one two Services hold), so
 # the elements keyed by it are its Service's only.
 # canon(c): for claim c, sets cq (the per-Service key, or ""), cqnew (its
-# endpoint elements are new in this plan), cqtp (its tpF element when new in
-# this plan, else ""), and returns the destination c is rewritten to ("":
+# endpoint elements are new in this plan) and cqtp (its tpF element is new
+# in this plan), and returns the destination c is rewritten to ("":
 # none, or no endpoint elements: affinity, NodePort, none). QG, QT, QU and
 # CANON are reset per Service (plan()); a full state calls it only for the
 # claims it keeps, in order, so a key is always the Service's own.
-function canon(c,   p, f, key, g) {
-	cq = ""; cqnew = 0; cqtp = ""
+function canon(c,   p, f, key, g, t) {
+	cq = ""; cqnew = cqtp = 0
 	if (ck[c] != "d" || ceps[c] == "") return ""
 	split(ckey[c], p, " ")
-	f = cf[c]; key = QK[f]
+	f = cf[c]; key = QK[f]; t = f SUBSEP p[3] SUBSEP p[5]
 	if (key != "" && ctp[c] != "" && !((f " " key) in cipseen)) {
 		g = f SUBSEP cal[c]
 		if (!(g in QG) && !(f in QU)) { QG[g] = 1; QU[f] = 1; cqnew = 1 }
 		# its port's target port is that of the key's (the same addresses may
 		# have another target port in the other scope: then per port)
-		if ((g in QG) && (!((f, p[3], p[5]) in QT) || QT[f, p[3], p[5]] == ctp[c])) {
+		if ((g in QG) && (!(t in QT) || QT[t] == ctp[c])) {
 			cq = key
-			if (!((f, p[3], p[5]) in QT)) { QT[f, p[3], p[5]] = ctp[c]; cqtp = key " . " p[3] " . " p[5] " : " ctp[c] }
+			if (!(t in QT)) { QT[t] = ctp[c]; cqtp = 1 }
 			return p[1] == key ? "" : key
 		}
 	}
-	if ((f, p[3], p[5], ceps[c]) in CANON) return CANON[f, p[3], p[5], ceps[c]]
-	CANON[f, p[3], p[5], ceps[c]] = p[1]
+	if ((t, ceps[c]) in CANON) return CANON[t, ceps[c]]
+	CANON[t, ceps[c]] = p[1]
 	return ""
 }
 # The verdict of claim c after canon(c) returned rw: its own (cverd) when
-# keyed per port by itself; rF_N (pF_N's rewrite) or yF_N (mark, then rF_N)
-# per port; qF_N, wF_N (mark), sF_N (rewrite), zF_N (mark, rewrite) per
-# Service. Notes the chains it needs in pneed (plan() noted pF_N / xF_N).
-function cverdict(c, rw,   v, k, p) {
-	v = cverd[c]
-	if (cq == "" && rw == "") return v
-	k = substr(v, 6, 1) == "x"
-	split(substr(v, 7), p, "_")
-	if (cq == "") { k = k ? "y" : "r"; pneed[p[1], "r", p[2]] = 1 }
-	else {
-		k = rw == "" ? (k ? "w" : "q") : (k ? "z" : "s")
-		pneed[p[1], "q", p[2]] = 1
-		if (k == "z") pneed[p[1], "s", p[2]] = 1
-	}
-	pneed[p[1], k, p[2]] = 1
-	return "goto " k substr(v, 7)
+# keyed per port by itself, or for affinity and none; else the shared chain
+# of its kind (see pchain()): rF_N, or yF_N when it masquerades, per port; qF_N,
+# wF_N, sF_N, zF_N per Service. Notes the chains it goes through in pneed.
+function cverdict(c, rw,   k) {
+	if (cq == "" && rw == "") return cverd[c]
+	k = cq == "" ? "r" : rw == "" ? "q" : "s"
+	if (cmq[c]) k = MASQ[k]
+	need(cf[c], k, cnn[c])
+	return "goto " k cf[c] "_" cnn[c]
 }
-# The endpoint elements of claim c after canon(c) returned rw, joined by
-# "|", for `map` (set in EMAP): epaF_N per Service (when new in this plan),
-# epF_N / epnpF_N per port (when c keys them), else none.
-function cels(c, rw,   n, eps, e, out) {
-	out = ""
+# need(f, k, n): chain kF_N, and those it goes to, in pneed.
+function need(f, k, n) { pneed[f, k, n] = 1; if (k in GOTO) need(f, GOTO[k], n) }
+# The elements claim c needs besides its svcF / npF element, after canon(c)
+# returned rw: its keyF element, its tpF element and its endpoint elements
+# (epaF_N per Service when new in this plan; epF_N / epnpF_N per port when
+# c keys them); each map CLM[i], key CLK[i], value CLV[i]. Returns how many.
+function claim_els(c, rw,   n, eps, e, m) {
+	ncl = 0
+	if (rw != "") cl_el("key" cf[c], ckey[c], rw)
+	# (ckey after the address: proto . port)
+	if (cqtp) cl_el("tp" cf[c], cq " . " substr(ckey[c], index(ckey[c], " . ") + 3), ctp[c])
 	if (cq != "") {
-		if (!cqnew) return ""
+		if (!cqnew) return ncl
 		n = split(cal[c], eps, "|")
-		EMAP = "epa" cf[c] "_" n
-		for (e = 1; e <= n; e++) out = out (e > 1 ? "|" : "") cq " . " (e - 1) " : " eps[e]
-		return out
+		m = epmap(cf[c], "q", n)
+		for (e = 1; e <= n; e++) cl_el(m, cq " . " (e - 1), eps[e])
+	} else if (ceps[c] != "" && rw == "") {
+		n = split(ceps[c], eps, "|")
+		m = epmap(cf[c], ck[c] == "d" ? "p" : "n", n)
+		for (e = 1; e <= n; e++) cl_el(m, ckey[c] " . " (e - 1), eps[e])
 	}
-	if (ceps[c] == "" || rw != "") return ""
-	n = split(ceps[c], eps, "|")
-	EMAP = (ck[c] == "d" ? "ep" : "epnp") cf[c] "_" n
-	for (e = 1; e <= n; e++) out = out (e > 1 ? "|" : "") ckey[c] " . " (e - 1) " : " eps[e]
-	return out
+	return ncl
 }
+function cl_el(m, k, v) { CLM[++ncl] = m; CLK[ncl] = k; CLV[ncl] = v }
 
 # The map of the endpoints of destinations with N endpoints (kind q: per
 # Service; p: per Service port) or of NodePorts (kind n), and its type. A map per N: every rule that uses a map
@@ -110,14 +109,17 @@ function eptype(f, k,   ip) {
 # the endpoints are elements, see canon()): p and q (the lookups, per port
 # and per Service), x and w (mark for masquerade, then p / q), r and s (the
 # destination rewritten to its key, then p / q), y and z (mark, then r / s);
-# n and m, the same as p and x for NodePorts. The mark-then and rewrite-then
-# kinds: MARKS[k] and REWR[k] name the chain they go to.
+# n and m, the same as p and x for NodePorts. GOTO[k]: the chain kind k goes
+# to (none: a lookup); MASQ[k]: the kind that marks, then goes to k's way.
+BEGIN {
+	GOTO["x"] = "p"; GOTO["m"] = "n"; GOTO["y"] = "r"; GOTO["w"] = "q"; GOTO["z"] = "s"; GOTO["r"] = "p"; GOTO["s"] = "q"
+	MASQ["p"] = "x"; MASQ["r"] = "y"; MASQ["q"] = "w"; MASQ["s"] = "z"
+}
 function pchain(f, k, n, how,   name, ip, r, pr, m) {
 	name = k f "_" n
 	ip = f == 4 ? "ip" : "ip6"
-	if (!ready_kinds) { ready_kinds = 1; MARKS["x"] = "p"; MARKS["m"] = "n"; MARKS["y"] = "r"; MARKS["w"] = "q"; MARKS["z"] = "s"; REWR["r"] = "p"; REWR["s"] = "q" }
-	if (k in MARKS) r = "\t\tmeta mark set meta mark | 0x00004000\n\t\tgoto " MARKS[k] f "_" n
-	else if (k in REWR) r = "\t\t" ip " daddr set " ip " daddr . meta l4proto . th dport map @key" f "\n\t\tgoto " REWR[k] f "_" n
+	if (k == "r" || k == "s") r = "\t\t" ip " daddr set " ip " daddr . meta l4proto . th dport map @key" f "\n\t\tgoto " GOTO[k] f "_" n
+	else if (k in GOTO) r = "\t\tmeta mark set meta mark | 0x00004000\n\t\tgoto " GOTO[k] f "_" n
 	else {
 		m = epmap(f, k, n)
 		r = ""
@@ -129,7 +131,7 @@ function pchain(f, k, n, how,   name, ip, r, pr, m) {
 	}
 	if (how == "full") return "\tchain " name " {\n" r "\n\t}"
 	gsub(/\t\t/, "add rule " T " " name " ", r)
-	return (k == "p" || k == "n" || k == "q" ? "add map " T " " m " { " eptype(f, k) "; }\n" : "") "add chain " T " " name "\nflush chain " T " " name "\n" r
+	return (k in GOTO ? "" : "add map " T " " m " { " eptype(f, k) "; }\n") "add chain " T " " name "\nflush chain " T " " name "\n" r
 }
 function fixed_chains() {
 	return "\tchain reject_new {\n\t\tmeta l4proto tcp reject with tcp reset\n\t\treject with icmpx port-unreachable\n\t}\n" \

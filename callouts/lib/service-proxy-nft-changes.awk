@@ -63,12 +63,11 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 			if (kk in same) continue
 			same[kk] = 1
 			# its key and endpoint elements (canon(): as in a full state)
-			if ((cn = canon(c)) != "") { if (op == 1) app(DEL, "key" f, ckey[c]); else app(ADD, "key" f, ckey[c] " : " cn) }
-			if (cqtp != "") { if (op == 1) app(DEL, "tp" f, substr(cqtp, 1, index(cqtp, " : ") - 1)); else app(ADD, "tp" f, cqtp) }
-			n = split(cels(c, cn), eps, "|")
+			cn = canon(c)
+			n = claim_els(c, cn)
 			for (e = 1; e <= n; e++) {
-				if (op == 1) app(DEL, EMAP, substr(eps[e], 1, index(eps[e], " : ") - 1))
-				else app(ADD, EMAP, eps[e])
+				if (op == 1) app(DEL, CLM[e], CLK[e])
+				else app(ADD, CLM[e], CLK[e] " : " CLV[e])
 			}
 			if (op == 1) {
 				G1[++ng1] = "create element " T " " (ck[c] == "d" ? "dups" : "dupsnp") f " { " ckey[c] " }"

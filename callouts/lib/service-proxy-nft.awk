@@ -48,7 +48,9 @@ function strhash(s, mul,   i, v) {
 # ptag (pk when both are valid Kubernetes names, else "h" and pid's hashes:
 # what names its affinity objects),
 # phash (a hash of all of it), claims 1..nc (cf family, ck "d"|"n", ckey,
-# cmap, cverd, ceps "EP . PORT" joined by "|", cudp "DEST PORT" or ""),
+# cmap, cverd, ceps "EP . PORT" joined by "|" (none with affinity), cepsu
+# (the same, always), cal (their addresses), ctp (their one target port, or
+# ""), cnn (how many), cmq (masqueraded), cudp "DEST PORT" or ""),
 # affinity objects 1..na (aset (decl) / achain (name) lines in aobj), its
 # cluster IPs 1..ncip (cipf family, cip address; none when headless), and
 # the shared chains it uses (pneed[f, kind, N]).
@@ -174,20 +176,20 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 						ck[nc] = "d"; ckey[nc] = x " . " PR[proto] " . " port
 						cmap[nc] = (n ? "svc" : "noep") f
 						cverd[nc] = n ? (verd != "" ? verd : "goto " (sc == 2 && !etp ? "x" : "p") f "_" n) : "goto reject_new"
-						if (n && !aff) { pneed[f, sc == 2 && !etp ? "x" : "p", n] = 1; pneed[f, "p", n] = 1 }
+						if (n && !aff) need(f, sc == 2 && !etp ? "x" : "p", n)
 						cudp[nc] = proto == 2 ? x " " port : ""
 						h = fold(h, ipnum(x))
 					} else {
 						ck[nc] = "n"; ckey[nc] = PR[proto] " . " nport
 						cmap[nc] = (n ? "np" : "noepnp") f
 						cverd[nc] = n ? (verd != "" ? verd : "goto " (!etp ? "m" : "n") f "_" n) : "goto reject_new"
-						if (n && !aff) { pneed[f, !etp ? "m" : "n", n] = 1; pneed[f, "n", n] = 1 }
+						if (n && !aff) need(f, !etp ? "m" : "n", n)
 						cudp[nc] = proto == 2 ? (f == 4 ? "0.0.0.0" : "::") " " nport : ""
 						h = fold(h, nport)
 					}
 					ceps[nc] = (aff ? "" : list)
 					cepsu[nc] = list
-					cal[nc] = al; ctp[nc] = tu
+					cal[nc] = al; ctp[nc] = tu; cnn[nc] = n; cmq[nc] = sc == 2 && !etp
 				}
 			}
 		}
@@ -229,7 +231,7 @@ function affinity(f, sc, pk, pr, pn, n, s, masq, tmo, eint, tint, eext, text,   
 }
 
 # ---- full state: the whole table, rebuilt in one transaction ----
-function full_service(line,   i, f, key, e, n, eps, u, cn) {
+function full_service(line,   i, f, key, e, n, u, cn) {
 	if (!plan(line, 1)) return
 	if (pk in fseen) { warn(shown(pk) ": skipping a second line for this Service"); return }
 	fseen[pk] = 1
@@ -249,10 +251,8 @@ function full_service(line,   i, f, key, e, n, eps, u, cn) {
 		# its key, and its endpoint elements when it is the first of them (see canon())
 		cn = canon(i)
 		add_el(cmap[i], ckey[i] " : " cverdict(i, cn))
-		if (cn != "") add_el("key" f, ckey[i] " : " cn)
-		if (cqtp != "") add_el("tp" f, cqtp)
-		n = split(cels(i, cn), eps, "|")
-		for (e = 1; e <= n; e++) add_el(EMAP, eps[e])
+		n = claim_els(i, cn)
+		for (e = 1; e <= n; e++) add_el(CLM[e], CLK[e] " : " CLV[e])
 		udp_new(f, cudp[i], cepsu[i])
 	}
 	for (i = 1; i <= nhp; i++) { u = HPF[i] " " HPE[i]; if (!(u in hpseen)) { hpseen[u] = 1; add_el("hairpin" HPF[i], HPE[i] " . " HPE[i]) } }
