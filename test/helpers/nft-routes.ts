@@ -31,11 +31,17 @@ function pairs(els: string[] | undefined): Map<string, string> {
  */
 export function routes(script: string): Map<string, string[]> {
   const els = scriptElements(script);
+  const maps = new Map<string, Map<string, string>>();
+  /** The elements of map `name` as KEY -> VALUE, read once. */
+  const map = (name: string): Map<string, string> => {
+    if (!maps.has(name)) maps.set(name, pairs(els.get(name)));
+    return maps.get(name) as Map<string, string>;
+  };
   const out = new Map<string, string[]>();
   for (const f of ['4', '6']) {
-    const keys = pairs(els.get(`key${f}`));
-    const tports = pairs(els.get(`tp${f}`));
-    for (const [dest, verdict] of pairs(els.get(`svc${f}`))) {
+    const keys = map(`key${f}`);
+    const tports = map(`tp${f}`);
+    for (const [dest, verdict] of map(`svc${f}`)) {
       const m = /^goto ([pqrsxywz])\d_(\d+)$/.exec(verdict);
       if (!m) {
         out.set(dest, [verdict]);
@@ -47,9 +53,9 @@ export function routes(script: string): Map<string, string[]> {
       const eps: string[] = [];
       for (let i = 0; i < n; i++) {
         if ('qwsz'.includes(kind)) {
-          eps.push(`${pairs(els.get(`epa${f}_${n}`)).get(`${key} . ${i}`) ?? '?'}:${tports.get(`${key} . ${proto} . ${port}`) ?? '?'}`);
+          eps.push(`${map(`epa${f}_${n}`).get(`${key} . ${i}`) ?? '?'}:${tports.get(`${key} . ${proto} . ${port}`) ?? '?'}`);
         } else {
-          eps.push((pairs(els.get(`ep${f}_${n}`)).get(`${key} . ${proto} . ${port} . ${i}`) ?? '?').replace(' . ', ':'));
+          eps.push((map(`ep${f}_${n}`).get(`${key} . ${proto} . ${port} . ${i}`) ?? '?').replace(' . ', ':'));
         }
       }
       out.set(dest, eps);
