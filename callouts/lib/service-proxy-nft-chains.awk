@@ -61,9 +61,15 @@ function canon(c,   p, f, key, g, t) {
 # The verdict of claim c after canon(c) returned rw: its own (cverd) when
 # keyed per port by itself, or for affinity and none; else the shared chain
 # of its kind (see pchain()): rF_N, or yF_N when it masquerades, per port; qF_N,
-# wF_N, sF_N, zF_N per Service. Notes the chains it goes through in pneed.
+# wF_N, sF_N, zF_N per Service. Notes the shared chains it goes through in
+# pneed (a table declares only those).
 function cverdict(c, rw,   k) {
-	if (cq == "" && rw == "") return cverd[c]
+	if (cq == "" && rw == "") {
+		# keyed per port by itself: pF_N / xF_N (nF_N / mF_N for a NodePort), when
+		# it has endpoints and no affinity (ceps: else its own verdict)
+		if (ceps[c] != "") need(cf[c], ck[c] == "d" ? (cmq[c] ? "x" : "p") : (cmq[c] ? "m" : "n"), cnn[c])
+		return cverd[c]
+	}
 	k = cq == "" ? "r" : rw == "" ? "q" : "s"
 	if (cmq[c]) k = MASQ[k]
 	need(cf[c], k, cnn[c])

@@ -32,6 +32,8 @@ function have_chain(name,   cmd, l, intable) {
 	}
 	return name in HAVECH
 }
+# Whether the table lacks shared chain k (f, kind, N; p: k split).
+function lacks(k, p) { return !(k in PPN) && !have_chain(p[2] p[1] "_" p[3]) }
 function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, ng2, G2, cn) {
 	ng2 = 0; chains_read = 0
 	for (i = 1; i <= nrec; i++) {
@@ -73,6 +75,8 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 				G1[++ng1] = "create element " T " " (ck[c] == "d" ? "dups" : "dupsnp") f " { " ckey[c] " }"
 				G1[++ng1] = "delete element " T " " (ck[c] == "d" ? "dups" : "dupsnp") f " { " ckey[c] " }"
 				app(DEL, cmap[c], ckey[c])
+				# (the shared chains it went through, in pneed: the table has them)
+				cverdict(c, cn)
 			} else {
 				app(ADD, cmap[c], ckey[c] " : " cverdict(c, cn))
 				G2[++ng2] = "create element " T " " othermap(cmap[c]) " { " ckey[c] " : goto reject_new }"
@@ -116,8 +120,8 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 			else if (p[1] == "set") AS[++nas] = "add set " T " " p[2] " " p[3]
 			else { AC[++nac] = "add chain " T " " p[2]; n = split(substr(aobj[c], length(p[2]) + 8), w, "\n"); for (e = 1; e <= n; e++) { sub(/^\t+/, "", w[e]); AC[++nac] = "add rule " T " " p[2] " " w[e] } }
 		}
-		# (pneed holds the chains each one goes to as well: plan(), cverdict())
-		if (op == 2) for (k in pneed) { split(k, p, SUBSEP); if (p[3] + 0 > PRE) PN[k] = 1 }
+		# the shared chains it goes through (cverdict(): with those they go to)
+		for (k in pneed) if (op == 1) PPN[k] = 1; else PN[k] = 1
 	}
 	if (!ng1) { if (!dry) warn("change set: nothing to do"); close(ctfile); return }
 	out = script
@@ -126,13 +130,15 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 	for (i = 1; i <= ndca; i++) print DCa[i] > out
 	for (i = 1; i <= ndce; i++) print DCe[i] > out
 	for (i = 1; i <= nds; i++) print DS[i] > out
-	# shared chains (for more than PRE endpoints) the table lacks, first the
-	# lookups, then those that go to them, then those that go to these; one
-	# the table has is left as it is: nft 1.0.6 cannot evaluate a rule on an
-	# epF_N that holds elements
-	for (k in PN) { split(k, p, SUBSEP); if (p[2] ~ /^[pnq]$/ && !have_chain(p[2] p[1] "_" p[3])) print pchain(p[1], p[2], p[3], "add") > out }
-	for (k in PN) { split(k, p, SUBSEP); if (p[2] ~ /^[xmrws]$/ && !have_chain(p[2] p[1] "_" p[3])) print pchain(p[1], p[2], p[3], "add") > out }
-	for (k in PN) { split(k, p, SUBSEP); if (p[2] ~ /^[yz]$/ && !have_chain(p[2] p[1] "_" p[3])) print pchain(p[1], p[2], p[3], "add") > out }
+	# shared chains the table lacks (a full state declares only those it
+	# uses), first the lookups, then those that go to them, then those that go
+	# to these; one the table has is left as it is (nft 1.0.6 cannot evaluate
+	# a rule on an epF_N that holds elements). One a Previous line went
+	# through the table has (PPN): the common change (an endpoint moved) asks
+	# nft nothing.
+	for (k in PN) { split(k, p, SUBSEP); if (p[2] ~ /^[pnq]$/ && lacks(k, p)) print pchain(p[1], p[2], p[3], "add") > out }
+	for (k in PN) { split(k, p, SUBSEP); if (p[2] ~ /^[xmrws]$/ && lacks(k, p)) print pchain(p[1], p[2], p[3], "add") > out }
+	for (k in PN) { split(k, p, SUBSEP); if (p[2] ~ /^[yz]$/ && lacks(k, p)) print pchain(p[1], p[2], p[3], "add") > out }
 	for (i = 1; i <= nas; i++) print AS[i] > out
 	for (i = 1; i <= nac; i++) print AC[i] > out
 	for (m in ADD) {

@@ -23,7 +23,6 @@ BEGIN {
 	M = 4294967296
 	T = "inet " table
 	PR[1] = "tcp"; PR[2] = "udp"; PR[3] = "sctp"
-	PRE = 64
 	base_script = script; base_ct = ctfile
 	if (!framed) start_frame(input, "")
 }
@@ -63,7 +62,7 @@ function plan_end() { if (input == "full") full_end(); else changes() }
 
 # A new state (a frame, or the run's only one): everything of the last one forgotten.
 function start_frame(kind, seq) {
-	delete pneed; delete G1; delete AOBJ; delete PT; delete PK; delete owner; delete PN
+	delete pneed; delete G1; delete AOBJ; delete PT; delete PK; delete owner; delete PN; delete PPN
 	delete ELORDER; delete ELN; delete rec; delete NEWU; delete NEWR; delete NEWD; delete OLDU
 	delete IDS; delete GEN; delete DS; delete DCe; delete DCa; delete AS; delete AC
 	delete ADD; delete DEL; delete hpseen; delete fseen; delete dupd; delete PREV

@@ -52,8 +52,8 @@ function strhash(s, mul,   i, v) {
 # (the same, always), cal (their addresses), ctp (their one target port, or
 # ""), cnn (how many), cmq (masqueraded), cudp "DEST PORT" or ""),
 # affinity objects 1..na (aset (decl) / achain (name) lines in aobj), its
-# cluster IPs 1..ncip (cipf family, cip address; none when headless), and
-# the shared chains it uses (pneed[f, kind, N]).
+# and its cluster IPs 1..ncip (cipf family, cip address; none when
+# headless). (The shared chains a claim goes through are noted by cverdict().)
 function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn, named, al, tu, both, built) {
 	n = split(line, a, "\t")
 	pk = ""; nc = 0; na = 0; nhp = 0; phash = 0; delete AFID; delete AFN; delete CANON; delete QG; delete QT; delete QU; delete HPU
@@ -176,14 +176,12 @@ function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c,
 						ck[nc] = "d"; ckey[nc] = x " . " PR[proto] " . " port
 						cmap[nc] = (n ? "svc" : "noep") f
 						cverd[nc] = n ? (verd != "" ? verd : "goto " (sc == 2 && !etp ? "x" : "p") f "_" n) : "goto reject_new"
-						if (n && !aff) need(f, sc == 2 && !etp ? "x" : "p", n)
 						cudp[nc] = proto == 2 ? x " " port : ""
 						h = fold(h, ipnum(x))
 					} else {
 						ck[nc] = "n"; ckey[nc] = PR[proto] " . " nport
 						cmap[nc] = (n ? "np" : "noepnp") f
 						cverd[nc] = n ? (verd != "" ? verd : "goto " (!etp ? "m" : "n") f "_" n) : "goto reject_new"
-						if (n && !aff) need(f, !etp ? "m" : "n", n)
 						cudp[nc] = proto == 2 ? (f == 4 ? "0.0.0.0" : "::") " " nport : ""
 						h = fold(h, nport)
 					}
@@ -350,10 +348,8 @@ function full_end(   i, f, k, p, out, nm, body, t) {
 		print decl("cipdups" f, "type ipv" f "_addr") > out
 	}
 	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 4) == "set\t") { split(AOBJ[i], p, "\t"); print "\tset " p[2] " " p[3] > out }
-	# the shared chains for 1..PRE endpoints always (a change set cannot add
-	# rules that use epF once it holds elements: nft 1.0.6 fails to evaluate
-	# them), and any larger N the state needs
-	for (f = 4; f <= 6; f += 2) for (i = 1; i <= PRE; i++) for (k = 1; k <= 10; k++) pneed[f, substr("pnxmryqwsz", k, 1), i] = 1
+	# the shared chains the state goes through, only those (a change set adds
+	# those it needs and the table lacks)
 	for (k in pneed) { split(k, p, SUBSEP); if (p[2] == "p" || p[2] == "n" || p[2] == "q") print decl(epmap(p[1], p[2], p[3]), eptype(p[1], p[2])) > out }
 	for (k in pneed) { split(k, p, SUBSEP); print pchain(p[1], p[2], p[3], "full") > out }
 	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 6) == "chain\t") {

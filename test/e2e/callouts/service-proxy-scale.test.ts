@@ -4,9 +4,10 @@
  * - a persistent callout removes each full frame's element files once the frame is
  *   done, applied or refused (a session with resyncs must not fill its temporary
  *   directory);
- * - a change set that needs shared chains of over 64 endpoints asks nft for the
- *   table's chains once, not once per chain (`nft list chain` loads every element
- *   of the table: about 1 s each at 10,000 Services).
+ * - a change set that needs shared chains its Previous lines did not go through
+ *   asks nft for the table's chains once, not once per chain (`nft list chain`
+ *   loads every element of the table: about 1 s each at 10,000 Services), and one
+ *   that needs none of those (an endpoint moved) asks nothing.
  */
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,7 +20,8 @@ import { PersistentCallout } from '../../helpers/persistent-callout.js';
 const SP = repoPath('callouts/service-proxy-nft');
 const noJq = missingTools(['jq']).length > 0;
 
-function svc(name: string, ip: string, eps: number, nodePort?: number): string {
+/** Service `name` with `eps` endpoints, 198.51.100.FROM and on. */
+function svc(name: string, ip: string, eps: number, nodePort?: number, from = 1): string {
   return JSON.stringify({
     Service: {
       Namespace: 'default',
@@ -28,7 +30,7 @@ function svc(name: string, ip: string, eps: number, nodePort?: number): string {
       IPs: { ClusterIPs: { V4: [ip] } },
       Ports: [{ Protocol: 1, Port: 80, TargetPort: 8080, ...(nodePort ? { NodePort: nodePort } : {}) }],
     },
-    Endpoints: Array.from({ length: eps }, (_, i) => ({ IPs: { V4: [`198.51.100.${i + 1}`] }, Scopes: { Internal: true, External: true } })),
+    Endpoints: Array.from({ length: eps }, (_, i) => ({ IPs: { V4: [`198.51.100.${i + from}`] }, Scopes: { Internal: true, External: true } })),
   });
 }
 
@@ -65,19 +67,29 @@ t.test('a full frame refused for bad input does not leave its element files eith
   t.same(await p.end(), { code: 0, signal: null }, 'exit 0 at the end of input');
 });
 
-t.test('a change set asks nft for the chains once', { skip: noJq ? 'jq is missing' : false }, async (t) => {
+t.test('a change set asks nft for the chains once, and only for chains its Previous lines did not go through', { skip: noJq ? 'jq is missing' : false }, async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'kpspscale-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const log = join(dir, 'nft.log');
   // a stand-in nft: logs its arguments, has no table
   writeFileSync(join(dir, 'nft'), `#!/bin/sh\necho "$*" >>'${log}'\nexit 1\n`);
   chmodSync(join(dir, 'nft'), 0o755);
-  writeFileSync(log, '');
-  // 65 endpoints, external (NodePort) traffic masqueraded: p4_65, x4_65 is not needed, n4_65, m4_65
-  const cs = `${svc('big', '192.0.2.1', 65, 30080)}\n${svc('big2', '192.0.2.2', 66)}\n`;
-  const r = await runCommand(SP, [], { input: cs, env: { ...process.env, DRY_RUN: '1', KPNG_CALLOUT_INPUT: 'changes', PATH: `${dir}:${process.env.PATH}` }, timeoutMs: 60_000 });
-  t.equal(r.code, 0, 'the change set is planned', { stderr: r.stderr });
-  for (const c of ['p4_65', 'n4_65', 'm4_65', 'p4_66']) t.match(r.stdout, new RegExp(`add chain inet kpng_service_proxy ${c}\\n`), `chain ${c} is added`);
-  const calls = readFileSync(log, 'utf8').split('\n').filter(Boolean);
-  t.ok(calls.length <= 1, `at most one nft call (${calls.length}: ${calls.join('; ')})`);
+  /** DRY_RUN of change set `cs`: its script and the nft calls it made. */
+  const plan = async (cs: string) => {
+    writeFileSync(log, '');
+    const r = await runCommand(SP, [], { input: cs, env: { ...process.env, DRY_RUN: '1', KPNG_CALLOUT_INPUT: 'changes', PATH: `${dir}:${process.env.PATH}` }, timeoutMs: 60_000 });
+    t.equal(r.code, 0, 'the change set is planned', { stderr: r.stderr });
+    return { script: r.stdout, calls: readFileSync(log, 'utf8').split('\n').filter(Boolean) };
+  };
+  const added = (script: string) => [...script.matchAll(/^add chain inet kpng_service_proxy (\S+)$/gm)].map((m) => m[1]).sort();
+  // two new Services of 65 and 66 endpoints, keyed per Service (q); the NodePort's traffic is masqueraded (m, then n)
+  const big = svc('big', '192.0.2.1', 65, 30080);
+  const grown = await plan(`${big}\n${svc('big2', '192.0.2.2', 66)}\n`);
+  t.same(added(grown.script), ['m4_65', 'n4_65', 'q4_65', 'q4_66'], 'the chains they go through, and no other');
+  t.ok(grown.calls.length <= 1, `at most one nft call (${grown.calls.length}: ${grown.calls.join('; ')})`);
+  const moved = await plan(`{"Previous":${big}}\n${svc('big', '192.0.2.1', 65, 30080, 2)}\n`);
+  t.same([added(moved.script), moved.calls], [[], []], 'an endpoint moved: the Previous line went through the same chains; nft is not asked');
+  const more = await plan(`{"Previous":${big}}\n${svc('big', '192.0.2.1', 66, 30080)}\n`);
+  t.same(added(more.script), ['m4_66', 'n4_66', 'q4_66'], 'one more endpoint: the chains of 66');
+  t.equal(more.calls.length, 1, 'asked once');
 });
