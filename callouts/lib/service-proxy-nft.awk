@@ -51,9 +51,9 @@ function strhash(s, mul,   i, v) {
 # cmap, cverd, ceps "EP . PORT" joined by "|" (none with affinity), cepsu
 # (the same, always), cal (their addresses), ctp (their one target port, or
 # ""), cnn (how many), cmq (masqueraded), cudp "DEST PORT" or ""),
-# affinity objects 1..na (aset (decl) / achain (name) lines in aobj), its
-# and its cluster IPs 1..ncip (cipf family, cip address; none when
-# headless). (The shared chains a claim goes through are noted by cverdict().)
+# affinity objects 1..na (aset (decl) / achain (name) lines in aobj), and
+# its cluster IPs 1..ncip (cipf family, cip address; none when headless).
+# (The shared chains a claim goes through are noted by cverdict().)
 function plan(line, loud,   a, n, i, j, k, ns, nm, etp, aff, tmo, hl, f, cnt, c, x, np, pt, ne, e, h, pname, proto, port, nport, tport, pi, pj, dests, nd, dk, seen, eint, eext, ni, nx, ov, o, ep, tp, key, sc, list, nl, verd, pn, named, al, tu, both, built) {
 	n = split(line, a, "\t")
 	pk = ""; nc = 0; na = 0; nhp = 0; phash = 0; delete AFID; delete AFN; delete CANON; delete QG; delete QT; delete QU; delete HPU
