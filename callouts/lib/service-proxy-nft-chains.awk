@@ -77,6 +77,9 @@ function cverdict(c, rw,   k) {
 }
 # need(f, k, n): chain kF_N, and those it goes to, in pneed.
 function need(f, k, n) { pneed[f, k, n] = 1; if (k in GOTO) need(f, GOTO[k], n) }
+# hops(k): how many chains a chain of kind k goes through to its lookup (0: a
+# lookup, which goes to none): the order a transaction must create them in.
+function hops(k) { return k in GOTO ? 1 + hops(GOTO[k]) : 0 }
 # The elements claim c needs besides its svcF / npF element, after canon(c)
 # returned rw: its keyF element, its tpF element and its endpoint elements
 # (epaF_N per Service when new in this plan; epF_N / epnpF_N per port when

@@ -34,7 +34,7 @@ function have_chain(name,   cmd, l, intable) {
 }
 # Whether the table lacks shared chain k (f, kind, N; p: k split).
 function lacks(k, p) { return !(k in PPN) && !have_chain(p[2] p[1] "_" p[3]) }
-function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, ng2, G2, cn) {
+function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, ng2, G2, cn, d, dmax, NEWCH) {
 	ng2 = 0; chains_read = 0
 	for (i = 1; i <= nrec; i++) {
 		split(rec[i], a, "\t")
@@ -131,14 +131,18 @@ function changes(   i, n, a, k, t, c, e, eps, f, m, w, p, z, du, op, kk, same, n
 	for (i = 1; i <= ndce; i++) print DCe[i] > out
 	for (i = 1; i <= nds; i++) print DS[i] > out
 	# shared chains the table lacks (a full state declares only those it
-	# uses), first the lookups, then those that go to them, then those that go
-	# to these; one the table has is left as it is (nft 1.0.6 cannot evaluate
-	# a rule on an epF_N that holds elements). One a Previous line went
-	# through the table has (PPN): the common change (an endpoint moved) asks
-	# nft nothing.
-	for (k in PN) { split(k, p, SUBSEP); if (p[2] ~ /^[pnq]$/ && lacks(k, p)) print pchain(p[1], p[2], p[3], "add") > out }
-	for (k in PN) { split(k, p, SUBSEP); if (p[2] ~ /^[xmrws]$/ && lacks(k, p)) print pchain(p[1], p[2], p[3], "add") > out }
-	for (k in PN) { split(k, p, SUBSEP); if (p[2] ~ /^[yz]$/ && lacks(k, p)) print pchain(p[1], p[2], p[3], "add") > out }
+	# uses), a chain after those it goes to (hops()); one the table has is
+	# left as it is (nft 1.0.6 cannot evaluate a rule on an epF_N that holds
+	# elements). One a Previous line went through the table has (PPN): the
+	# common change (an endpoint moved) asks nft nothing.
+	dmax = -1
+	for (k in PN) {
+		split(k, p, SUBSEP)
+		if (!lacks(k, p)) continue
+		d = hops(p[2]); if (d > dmax) dmax = d
+		NEWCH[d] = NEWCH[d] pchain(p[1], p[2], p[3], "add") "\n"
+	}
+	for (d = 0; d <= dmax; d++) printf "%s", NEWCH[d] > out
 	for (i = 1; i <= nas; i++) print AS[i] > out
 	for (i = 1; i <= nac; i++) print AC[i] > out
 	for (m in ADD) {

@@ -349,8 +349,8 @@ function full_end(   i, f, k, p, out, nm, body, t) {
 	}
 	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 4) == "set\t") { split(AOBJ[i], p, "\t"); print "\tset " p[2] " " p[3] > out }
 	# the shared chains the state goes through, only those (a change set adds
-	# those it needs and the table lacks)
-	for (k in pneed) { split(k, p, SUBSEP); if (p[2] == "p" || p[2] == "n" || p[2] == "q") print decl(epmap(p[1], p[2], p[3]), eptype(p[1], p[2])) > out }
+	# those it needs and the table lacks), and the endpoint map of each lookup
+	for (k in pneed) { split(k, p, SUBSEP); if (!(p[2] in GOTO)) print decl(epmap(p[1], p[2], p[3]), eptype(p[1], p[2])) > out }
 	for (k in pneed) { split(k, p, SUBSEP); print pchain(p[1], p[2], p[3], "full") > out }
 	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 6) == "chain\t") {
 		split(AOBJ[i], p, "\t"); nm = p[2]; body = substr(AOBJ[i], length(nm) + 8)
