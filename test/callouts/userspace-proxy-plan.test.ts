@@ -6,7 +6,7 @@
  * make endpoints loop into the proxy and stop; and a Service whose line did
  * not change keeps its planned listener and backend objects (what makes a
  * frame cheap at 10,000 Services). No listener is bound: see
- * userspace-proxy.test.ts and the e2e suite for the proxy itself.
+ * userspace-proxy-program.test.ts and the e2e suite for the proxy itself.
  */
 import t from 'tap';
 import { pathToFileURL } from 'node:url';
