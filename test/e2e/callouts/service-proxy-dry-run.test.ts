@@ -9,7 +9,8 @@
  * not on loopback; both: PortOverrides that lack a named target port, or a
  * number. Where traffic goes is read from the nft script by its lookups
  * (test/helpers/nft-routes.ts). In a network namespace:
- * service-proxy-edges.test.ts; real traffic: service-proxy.test.ts.
+ * service-proxy-edges.test.ts; real traffic:
+ * service-proxy-traffic.test.ts and service-proxy-replay.test.ts.
  */
 import t from 'tap';
 import { missingTools } from '../../helpers/command.js';

@@ -8,7 +8,8 @@
  * Service or per Service port: change sets across both, equal to full
  * states), the key when another Service holds the cluster IP as an external
  * IP, and a Service without a cluster IP. DRY_RUN on edge cases:
- * service-proxy-dry-run.test.ts; real traffic: service-proxy.test.ts.
+ * service-proxy-dry-run.test.ts; real traffic:
+ * service-proxy-traffic.test.ts and service-proxy-replay.test.ts.
  */
 import t, { type Test } from 'tap';
 import { mustRun, runCommand } from '../../helpers/command.js';

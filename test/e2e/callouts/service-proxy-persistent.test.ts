@@ -8,7 +8,7 @@
  * - In a network namespace the test creates (root, nft): a full frame and a
  *   change frame leave the table a run of the new state in full leaves; the
  *   same change set again fails its guards ("error", table unchanged).
- * Real traffic through `kpng-callout replay --persistent`: service-proxy.test.ts.
+ * Real traffic through `kpng-callout replay --persistent`: service-proxy-replay.test.ts.
  */
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
