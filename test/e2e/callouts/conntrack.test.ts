@@ -11,7 +11,7 @@
  *   deletion for the line, not one per flow (each walks the whole table);
  * - a namespace without flows starts no conntrack process at all.
  * What the callouts write into the file is tested with real traffic in
- * service-proxy-traffic.test.ts and allip-nft-changes.test.ts.
+ * service-proxy-traffic.test.ts and allip-nft-traffic.test.ts.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
