@@ -9,9 +9,10 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import type { Callout, InFlight, RunRequest, RunResult } from '../../src/runner/callout.js';
-import type { RunnerEvent, Timers } from '../../src/runner/scheduler.js';
+import { Scheduler, type RunnerEvent, type SchedulerOptions, type Timers } from '../../src/runner/scheduler.js';
 import { stateText, type State } from '../../src/state.js';
 import { shScript, tempDir, type Owner } from '../helpers/files.js';
+import { captureLog } from '../helpers/sink.js';
 
 /** A state of one line per text. */
 export function st(...texts: string[]): State {
@@ -263,4 +264,29 @@ wait${ignoreTerm ? '\nwait' : ''}`);
   all(): number[] {
     return [...this.pids];
   }
+}
+
+/**
+ * A Scheduler on a FakeClock with a FakeCallout (`auto`: how it ends each run
+ * by itself, else by hand), no debounce or max-wait unless given, events
+ * recorded, its log captured, a fixed jitter.
+ */
+export function makeScheduler(extra: Partial<SchedulerOptions> & { auto?: (req: RunRequest) => Outcome | undefined } = {}) {
+  const clock = new FakeClock();
+  const ev = new Events();
+  const log = captureLog();
+  const { auto, ...rest } = extra;
+  const callout = new FakeCallout(auto);
+  const s = new Scheduler({
+    callout,
+    debounceMs: 0,
+    maxWaitMs: 0,
+    now: clock.now,
+    timers: clock.timers,
+    logger: log.logger,
+    onEvent: ev.on,
+    random: () => 0.5,
+    ...rest,
+  });
+  return { s, clock, ev, log, callout };
 }
