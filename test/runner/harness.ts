@@ -1,7 +1,7 @@
 /**
  * Test parts for the runner's tests: a manual clock, a fake `Callout` the
- * tests end by hand, a recorder of runner events, a Writable that records
- * what a callout printed, Writables that hold their writes or fail like a
+ * tests end by hand, a Scheduler on both (makeScheduler), a recorder of
+ * runner events, a Writable that records what a callout printed, Writables that hold their writes or fail like a
  * broken pipe, states from text lines, and callout scripts whose
  * pids are killed at the end whatever happens.
  */
