@@ -1,7 +1,8 @@
 /**
  * Test parts for the runner's tests: a manual clock, a fake `Callout` the
  * tests end by hand, a Scheduler on both (makeScheduler), a recorder of
- * runner events, a Writable that records what a callout printed, Writables that hold their writes or fail like a
+ * runner events, a CalloutProcess writing to Sinks (makeCallout), a Writable
+ * that records what a callout printed, Writables that hold their writes or fail like a
  * broken pipe, states from text lines, and callout scripts whose
  * pids are killed at the end whatever happens.
  */
@@ -9,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import type { Callout, InFlight, RunRequest, RunResult } from '../../src/runner/callout.js';
+import { CalloutProcess, type CalloutProcessOptions } from '../../src/runner/callout-process.js';
 import { Scheduler, type RunnerEvent, type SchedulerOptions, type Timers } from '../../src/runner/scheduler.js';
 import { stateText, type State } from '../../src/state.js';
 import { shScript, tempDir, type Owner } from '../helpers/files.js';
@@ -289,4 +291,20 @@ export function makeScheduler(extra: Partial<SchedulerOptions> & { auto?: (req: 
     ...rest,
   });
   return { s, clock, ev, log, callout };
+}
+
+/**
+ * A CalloutProcess running `file` for node-a (timeout 10 s unless given),
+ * its stdout and stderr into Sinks, its log captured; start() and run()
+ * number the runs.
+ */
+export function makeCallout(extra: Partial<CalloutProcessOptions> & { file: string }) {
+  const out = new Sink();
+  const err = new Sink();
+  const log = captureLog();
+  const callout = new CalloutProcess({ timeoutMs: 10_000, nodeName: 'node-a', stdout: out, stderr: err, logger: log.logger, ...extra });
+  let runs = 0;
+  const start = (state: State) => callout.start({ run: ++runs, state, reason: 'now' });
+  const run = (state: State): Promise<RunResult> => start(state).done;
+  return { callout, start, run, out, err, log };
 }
