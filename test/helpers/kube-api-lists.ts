@@ -1,8 +1,13 @@
 /**
- * The paging of the test Kubernetes API server's lists (`limit`/`continue`):
- * each list that does not fit one page keeps the snapshot it started from,
- * which its continue tokens page through until the last page (or `expire`).
+ * The lists of the test Kubernetes API server: their paging
+ * (`limit`/`continue`: each list that does not fit one page keeps the
+ * snapshot it started from, which its continue tokens page through until the
+ * last page, or `expire`), how a list answer is written (quirks, gzip), and
+ * reading one whole through the source's client (listBytes).
  */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { gzipSync } from 'node:zlib';
+import { eachChunk, type ApiClient } from '../../src/sources/kube/http.js';
 import type { KObject } from './kube-api-objects.js';
 
 /** A list in progress: the snapshot its continue tokens page through. */
@@ -52,4 +57,48 @@ export class ListPages {
     const metadata = { resourceVersion: String(snap.rv), ...(more ? { continue: `${id}:${end}`, remainingItemCount: snap.items.length - end } : {}) };
     return { metadata, items: snap.items.slice(start, end) };
   }
+}
+
+/** Lists: `limit` ignored (every list in one body), indented JSON, written in pieces of this many bytes a tick, metadata after the items (an array in it). */
+export interface ListQuirks {
+  ignoreLimit?: boolean;
+  indented?: boolean;
+  pieceBytes?: number;
+  metadataLast?: boolean;
+}
+
+/**
+ * Writes the list answer `body` (status 200): with `quirks`, as they say;
+ * else gzip-compressed when `gzip` and the client accepts it; else plain.
+ */
+export function writeList(req: IncomingMessage, res: ServerResponse, body: { kind: string; apiVersion: string } & ListPage, quirks: ListQuirks, gzip: boolean): void {
+  const q = quirks;
+  if (q.indented || q.pieceBytes || q.metadataLast) {
+    const { metadata, ...rest } = body;
+    const text = JSON.stringify(q.metadataLast ? { ...rest, metadata: { ...metadata, x: [1] } } : body, null, q.indented ? 2 : undefined);
+    res.writeHead(200, { 'content-type': 'application/json' });
+    const step = q.pieceBytes || text.length;
+    const write = (at: number): void => {
+      if (at >= text.length) return void res.end();
+      res.write(text.slice(at, at + step));
+      setImmediate(() => write(at + step));
+    };
+    write(0);
+    return;
+  }
+  if (!gzip || !/\bgzip\b/.test(String(req.headers['accept-encoding'] ?? ''))) {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(body));
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' });
+  res.end(gzipSync(JSON.stringify(body)));
+}
+
+/** GET a list page through `client`, its body read whole, as bytes (what the source reads with a ListReader). */
+export async function listBytes(client: ApiClient, path: string, query: Record<string, string | number | undefined>, o: { signal: AbortSignal }): Promise<Buffer> {
+  const { body } = await client.get(path, query, { ...o, stream: false });
+  const chunks: Buffer[] = [];
+  await eachChunk(body, (c) => chunks.push(c));
+  return Buffer.concat(chunks);
 }

@@ -11,7 +11,7 @@
  *
  * Enough of the API for the kube source's list/watch loops, nothing more.
  * Its parts: the objects and their history (kube-api-store.ts), list paging
- * (kube-api-lists.ts), selectors and the types (kube-api-objects.ts).
+ * and how a list is written (kube-api-lists.ts), selectors and the types (kube-api-objects.ts).
  */
 import { EventEmitter, once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -19,14 +19,13 @@ import { createServer as createTlsServer } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { gzipSync } from 'node:zlib';
 import { tempDir, untilExit } from './files.js';
 import { kubeconfigText, parseFieldSelector, parseLabelSelector, resources, status, type HistoryEvent, type KObject, type RequestRecord, type Resource, type Selector, type Watcher } from './kube-api-objects.js';
 import { KubeObjectStore } from './kube-api-store.js';
-import { ListPages } from './kube-api-lists.js';
-import { eachChunk, type ApiClient } from '../../src/sources/kube/http.js';
+import { ListPages, writeList, type ListQuirks } from './kube-api-lists.js';
 
 export { kubeconfigText, parseLabelSelector, type KObject, type RequestRecord, type Resource };
+export { listBytes } from './kube-api-lists.js';
 
 export interface KubeApiServerOptions {
   /** Require `Authorization: Bearer TOKEN`; answer 401 otherwise. */
@@ -57,7 +56,7 @@ export class KubeApiServer {
   /** When set, list bodies are gzip-compressed for clients that accept it. */
   gzipLists = false;
   /** Lists: `limit` ignored (every list in one body), indented JSON, written in pieces of this many bytes a tick, metadata after the items (an array in it). */
-  listQuirks: { ignoreLimit?: boolean; indented?: boolean; pieceBytes?: number; metadataLast?: boolean } = {};
+  listQuirks: ListQuirks = {};
   /** Connections accepted so far (keep-alive shows as fewer connections than requests). */
   connections = 0;
   private token: string | undefined;
@@ -386,41 +385,12 @@ export class KubeApiServer {
   ): void {
     const info = resources[resource];
     // Stored objects are replaced, never changed in place: a snapshot of them stays as it was.
-    const q = this.listQuirks;
-    const page = this.lists.page(q.ignoreLimit ? { ...query, limit: '' } : query, () => this.store.snapshot(resource, selector));
+    const page = this.lists.page(this.listQuirks.ignoreLimit ? { ...query, limit: '' } : query, () => this.store.snapshot(resource, selector));
     if (!page) {
       reply(410, status(410, 'Expired', 'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.'));
       return;
     }
-    const body = { kind: info.kind + 'List', apiVersion: info.apiVersion, ...page };
-    if (q.indented || q.pieceBytes || q.metadataLast) {
-      const { metadata, ...rest } = body;
-      const text = JSON.stringify(q.metadataLast ? { ...rest, metadata: { ...metadata, x: [1] } } : body, null, q.indented ? 2 : undefined);
-      record.status = 200;
-      res.writeHead(200, { 'content-type': 'application/json' });
-      const step = q.pieceBytes || text.length;
-      const write = (at: number): void => {
-        if (at >= text.length) return void res.end();
-        res.write(text.slice(at, at + step));
-        setImmediate(() => write(at + step));
-      };
-      write(0);
-      return;
-    }
-    if (!this.gzipLists || !/\bgzip\b/.test(String(req.headers['accept-encoding'] ?? ''))) {
-      reply(200, body);
-      return;
-    }
     record.status = 200;
-    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' });
-    res.end(gzipSync(JSON.stringify(body)));
+    writeList(req, res, { kind: info.kind + 'List', apiVersion: info.apiVersion, ...page }, this.listQuirks, this.gzipLists);
   }
-}
-
-/** GET a list page through `client`, its body read whole, as bytes (what the source reads with a ListReader). */
-export async function listBytes(client: ApiClient, path: string, query: Record<string, string | number | undefined>, o: { signal: AbortSignal }): Promise<Buffer> {
-  const { body } = await client.get(path, query, { ...o, stream: false });
-  const chunks: Buffer[] = [];
-  await eachChunk(body, (c) => chunks.push(c));
-  return Buffer.concat(chunks);
 }
