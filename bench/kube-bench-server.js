@@ -45,17 +45,17 @@
 //                                  comparable across processes)
 //   fetched MEDIAN_MS MIN_MS MAX_MS BYTES WALL_MEDIAN_MS
 //
-// "Fetch" is the reference the kube source's first sync is measured against:
-// a separate `node` process GETs the three lists the source lists (same
-// selectors, concurrently, as the source does) with node:http and reads the
-// bodies whole without parsing them. MEDIAN_MS is from its first request to
+// "Fetch" (bench/kube-fetch.js) is the reference the kube source's first
+// sync is measured against: a separate `node` process GETs the three lists
+// the source lists (same selectors, concurrently, as the source does) with
+// node:http and reads the bodies whole without parsing them. MEDIAN_MS is from its first request to
 // its last body's end (median of RUNS, after one warm-up); WALL_MEDIAN_MS is
 // that process from spawn to exit (node's start-up included).
-import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import { resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { fetchTime } from './kube-fetch.js';
 import { endpointSlice, node as nodeAt, nodeOf, pad, PROXY_LABEL, readyOf, service, shape as cluster, zoneOf } from './cluster.js';
 
 /** What the kube source asks for (src/sources/kube.ts serviceLabelSelector, no --service-proxy-name). */
@@ -357,48 +357,6 @@ export async function startKubeBenchServer({ services, perService = 10, nodes = 
   };
 }
 
-// ---------------------------------------------------------------- the fetch reference
-
-// A plain client: the three lists the source makes, concurrently, bodies read whole, not parsed.
-const FETCH_CLIENT = `
-import http from 'node:http';
-const [base, node, selector] = process.argv.slice(1);
-const paths = ['/api/v1/services?labelSelector=' + encodeURIComponent(selector), '/apis/discovery.k8s.io/v1/endpointslices', '/api/v1/nodes?fieldSelector=' + encodeURIComponent('metadata.name=' + node)];
-const t0 = process.hrtime.bigint();
-const sizes = await Promise.all(paths.map((p) => new Promise((res, rej) => {
-  http.get(base + p, (r) => {
-    let n = 0;
-    r.on('data', (b) => (n += b.length));
-    r.on('end', () => (r.statusCode === 200 ? res(n) : rej(new Error(p + ': ' + r.statusCode))));
-  }).on('error', rej);
-})));
-console.log(Number(process.hrtime.bigint() - t0) / 1e6, sizes.reduce((a, b) => a + b, 0));`;
-
-/** Times FETCH_CLIENT against `url` (one warm-up, then `runs`): { median, min, max, bytes, wallMedian } in ms. */
-export async function fetchTime(url, runs = 5, node = 'node-7') {
-  const once = () =>
-    new Promise((res, rej) => {
-      const env = { ...process.env };
-      delete env.NODE_OPTIONS;
-      const t0 = process.hrtime.bigint();
-      const child = spawn(process.execPath, ['--input-type=module', '-e', FETCH_CLIENT, url, node, SERVICE_SELECTOR], { stdio: ['ignore', 'pipe', 'inherit'], env });
-      let out = '';
-      child.stdout.on('data', (b) => (out += b));
-      child.on('error', rej);
-      child.on('close', (code) => {
-        if (code !== 0) return rej(new Error(`fetch client exited ${code}`));
-        const [ms, bytes] = out.trim().split(' ').map(Number);
-        res({ ms, bytes, wall: Number(process.hrtime.bigint() - t0) / 1e6 });
-      });
-    });
-  await once();
-  const rs = [];
-  for (let k = 0; k < runs; k++) rs.push(await once());
-  const mid = (xs) => xs.sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
-  const ms = rs.map((r) => r.ms);
-  return { median: mid(ms.slice()), min: Math.min(...ms), max: Math.max(...ms), bytes: rs[0].bytes, wallMedian: mid(rs.map((r) => r.wall)) };
-}
-
 // ---------------------------------------------------------------- main
 
 async function main() {
@@ -424,7 +382,7 @@ async function main() {
     else if (cmd === 'bookmark') srv.bookmark();
     else if (cmd === 'relist') srv.relist();
     else if (cmd === 'fetch')
-      fetchTime(srv.url, Number(a ?? 5)).then(
+      fetchTime(srv.url, Number(a ?? 5), 'node-7', SERVICE_SELECTOR).then(
         (f) => out(`fetched ${f.median} ${f.min} ${f.max} ${f.bytes} ${f.wallMedian}`),
         (err) => out(`fetch-failed ${String(err.message).replace(/\s+/g, ' ')}`),
       );
