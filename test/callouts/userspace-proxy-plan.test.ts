@@ -9,28 +9,9 @@
  * userspace-proxy-program.test.ts and the e2e suite for the proxy itself.
  */
 import t from 'tap';
-import { pathToFileURL } from 'node:url';
-import { repoPath } from '../helpers/fixtures.js';
+import { lib, type Planned } from '../helpers/userspace-proxy-lib.js';
 
-interface Planned {
-  key: string;
-  host: string;
-  label: string;
-  shared?: boolean;
-  backend: { key: string; endpoints: Array<{ id: string }>; affinityMs: number };
-  routes?: Array<{ host: string; label: string; backend: Planned['backend'] }>;
-}
 type Plan = Map<string, Planned>;
-interface Table {
-  apply(header: string, lines: string[]): { ok: boolean; why?: string };
-  ordered(): object[];
-}
-interface Lib {
-  planListeners(services: object[], why?: (msg: string) => void, local?: Set<string>): Plan;
-  Planner: new () => { plan(services: object[], why?: (msg: string) => void, local?: Set<string>): Plan };
-  ServiceTable: new (why?: (msg: string) => void) => Table;
-}
-const lib = (await import(pathToFileURL(repoPath('callouts/lib/userspace-proxy.mjs')).href)) as Lib;
 
 /** A plan as plain data: what the proxy binds and where each listener sends. */
 function data(plan: Plan): unknown {

@@ -42,6 +42,8 @@ export interface Lib {
   isIPv6Literal(s: unknown): boolean;
   readService(line: unknown, why?: (msg: string) => void): Service | undefined;
   planListeners(services: Service[], why?: (msg: string) => void, localAddresses?: Set<string>): Map<string, Planned>;
+  /** Plans frame after frame, keeping what a Service whose line did not change had. */
+  Planner: new () => { plan(services: Service[], why?: (msg: string) => void, localAddresses?: Set<string>): Map<string, Planned> };
   canonicalIP(s: string): string;
   readOptions(env: NodeJS.ProcessEnv): Record<string, unknown>;
   ServiceTable: new (why?: (msg: string) => void) => { apply(header: string, lines: string[]): { ok: boolean; why?: string }; ordered(): Service[]; based: boolean };
