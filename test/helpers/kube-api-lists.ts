@@ -68,11 +68,10 @@ export interface ListQuirks {
 }
 
 /**
- * Writes the list answer `body` (status 200): with `quirks`, as they say;
+ * Writes the list answer `body` (status 200): with quirks `q`, as they say;
  * else gzip-compressed when `gzip` and the client accepts it; else plain.
  */
-export function writeList(req: IncomingMessage, res: ServerResponse, body: { kind: string; apiVersion: string } & ListPage, quirks: ListQuirks, gzip: boolean): void {
-  const q = quirks;
+export function writeList(req: IncomingMessage, res: ServerResponse, body: { kind: string; apiVersion: string } & ListPage, q: ListQuirks, gzip: boolean): void {
   if (q.indented || q.pieceBytes || q.metadataLast) {
     const { metadata, ...rest } = body;
     const text = JSON.stringify(q.metadataLast ? { ...rest, metadata: { ...metadata, x: [1] } } : body, null, q.indented ? 2 : undefined);
