@@ -11,7 +11,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { changeable, expected } from './kube-bench-server.js';
-import { flag, handOverFloor, haveTime, opt, quantile, root, timedPeakKiB, underTime } from './lib.js';
+import { flag, handOverFloor, haveTime, opt, pollPeakKiB, quantile, root, timedPeakKiB, underTime } from './lib.js';
 
 export const SAMPLES = Number(opt('--samples', '500'));
 export const GAP_MS = Number(opt('--gap-ms', '0'));
@@ -129,25 +129,17 @@ export function runOnce(server) {
     const [file, args] = underTime(process.execPath, argv);
     const chunks = [];
     let stderr = '';
-    let hwm = 0;
     const t0 = process.hrtime.bigint();
     const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, KUBECONFIG: server.kubeconfig } });
     child.stdout.on('data', (b) => chunks.push(b));
     child.stderr.on('data', (b) => (stderr += b));
-    const poll = haveTime
-      ? undefined
-      : setInterval(() => {
-          try {
-            hwm = Math.max(hwm, memory(child.pid).hwm);
-          } catch {}
-        }, 10);
+    const poll = haveTime ? undefined : pollPeakKiB(child.pid, 10);
     child.on('error', reject);
     child.on('close', (code) => {
       const wall = Number(process.hrtime.bigint() - t0) / 1e6;
-      clearInterval(poll);
+      const hwm = poll?.stop() ?? 0;
       if (code !== 0) return reject(new Error(`kpng-json kube --once exited ${code}: ${stderr}`));
-      const kib = timedPeakKiB(stderr);
-      resolvePromise({ wall, peakMiB: kib !== undefined ? kib / 1024 : hwm, stdout: Buffer.concat(chunks) });
+      resolvePromise({ wall, peakMiB: (timedPeakKiB(stderr) ?? hwm) / 1024, stdout: Buffer.concat(chunks) });
     });
   });
 }

@@ -71,6 +71,28 @@ export function timedPeakKiB(stderr) {
   return m ? Number(m[1]) : undefined;
 }
 
+/**
+ * Without /usr/bin/time: polls process `pid`'s VmHWM every `everyMs`;
+ * stop() ends the polling and gives the highest seen, KiB (0: none read).
+ */
+export function pollPeakKiB(pid, everyMs) {
+  let hwm = 0;
+  const timer = setInterval(() => {
+    try {
+      const m = /VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+      if (m) hwm = Math.max(hwm, Number(m[1]));
+    } catch {
+      // exited between two polls
+    }
+  }, everyMs);
+  return {
+    stop() {
+      clearInterval(timer);
+      return hwm;
+    },
+  };
+}
+
 /** The q-quantile (0..1) of an ascending array (nearest rank). */
 export const quantile = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))];
 

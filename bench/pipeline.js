@@ -11,7 +11,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Writable } from 'node:stream';
-import { handOverFloor, haveTime, opt, quantile, root, timedPeakKiB, underTime } from './lib.js';
+import { handOverFloor, haveTime, opt, pollPeakKiB, quantile, root, timedPeakKiB, underTime } from './lib.js';
 
 /** The cluster the bench server holds. */
 export const SERVICES = 10_000;
@@ -95,7 +95,6 @@ function measureProcess(cmd, argv, cwd = undefined) {
     const h = createHash('sha256');
     let size = 0;
     let stderr = '';
-    let hwm = 0;
     const t0 = process.hrtime.bigint();
     const child = spawn(full[0], full[1], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' }, ...(cwd ? { cwd } : {}) });
     child.stdout.on('data', (b) => {
@@ -103,20 +102,12 @@ function measureProcess(cmd, argv, cwd = undefined) {
       size += b.length;
     });
     child.stderr.on('data', (b) => (stderr += b));
-    let poll;
-    if (!haveTime) {
-      // No /usr/bin/time: poll the high-water mark while it runs.
-      poll = setInterval(() => {
-        try {
-          const m = /VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'));
-          if (m) hwm = Math.max(hwm, Number(m[1]));
-        } catch {}
-      }, 5);
-    }
+    // No /usr/bin/time: poll the high-water mark while it runs.
+    const poll = haveTime ? undefined : pollPeakKiB(child.pid, 5);
     child.on('error', reject);
     child.on('close', (code) => {
       const wall = Number(process.hrtime.bigint() - t0) / 1e6;
-      clearInterval(poll);
+      const hwm = poll?.stop() ?? 0;
       if (code !== 0) return reject(new Error(`${cmd} exited ${code}: ${stderr}`));
       resolvePromise({ wall, rssKiB: timedPeakKiB(stderr) ?? hwm, digest: h.digest('hex'), size, stderr });
     });

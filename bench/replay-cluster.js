@@ -11,8 +11,8 @@ import { join } from 'node:path';
 import { fieldSet, LAST_APPLIED, managedField, serviceFields, SLICE_LABELS, sliceFields } from './cluster.js';
 import { root } from './lib.js';
 
-/** The size writeFixtures() was asked for (checkEmitter()'s samples use the default). */
-let shape = { services: 10_000, perService: 10, nodes: 100 };
+/** The cluster shape of checkEmitter()'s sample slice (writeFixtures() is given its own). */
+const SAMPLE_SIZE = { perService: 10, nodes: 100 };
 
 // ------------------------------------------------------------ the cluster
 
@@ -75,14 +75,15 @@ function service(i) {
   };
 }
 
-function endpointSlice(i) {
+/** Service i's EndpointSlice: size.perService endpoints, spread over size.nodes Nodes. */
+function endpointSlice(i, size) {
   const ns = `ns-${pad(i % 100, 2)}`;
   const svc = `svc-${pad(i, 5)}`;
   const name = `${svc}-${uid('slice', i).slice(0, 5)}`;
   const endpoints = [];
-  for (let j = 0; j < shape.perService; j++) {
-    const node = (i * shape.perService + j) % shape.nodes;
-    const n = i * shape.perService + j;
+  for (let j = 0; j < size.perService; j++) {
+    const node = (i * size.perService + j) % size.nodes;
+    const n = i * size.perService + j;
     endpoints.push({
       addresses: [`10.${128 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}`],
       conditions: { ready: true, serving: true, terminating: false },
@@ -254,7 +255,6 @@ const yamlOf = (o, indent = 0) => {
 
 /** Writes the three forms of a cluster of this size into dir; returns their paths. */
 export async function writeFixtures(dir, size) {
-  shape = size;
   const files = { multi: join(dir, 'cluster-docs.yaml'), list: join(dir, 'cluster-list.yaml'), json: join(dir, 'cluster-list.json') };
   const multi = createWriteStream(files.multi);
   const list = createWriteStream(files.list);
@@ -274,9 +274,9 @@ export async function writeFixtures(dir, size) {
     await write(json, (first ? '' : ',\n') + j);
     first = false;
   };
-  for (let i = 0; i < shape.services; i++) await add(service(i));
-  for (let i = 0; i < shape.services; i++) await add(endpointSlice(i));
-  for (let k = 0; k < shape.nodes; k++) await add(node(k));
+  for (let i = 0; i < size.services; i++) await add(service(i));
+  for (let i = 0; i < size.services; i++) await add(endpointSlice(i, size));
+  for (let k = 0; k < size.nodes; k++) await add(node(k));
   await write(list, 'kind: List\nmetadata:\n  resourceVersion: ""\n');
   await write(json, '\n    ],\n    "kind": "List",\n    "metadata": {\n        "resourceVersion": ""\n    }\n}\n');
   await Promise.all([multi, list, json].map((s) => new Promise((res) => s.end(res))));
@@ -286,7 +286,7 @@ export async function writeFixtures(dir, size) {
 /** The emitter must print what a YAML reader reads back as the same object. */
 export async function checkEmitter() {
   const { parse, parseAllDocuments } = await import(join(root, 'node_modules/yaml/dist/index.js'));
-  const samples = [service(0), service(12345), endpointSlice(7), node(3)];
+  const samples = [service(0), service(12345), endpointSlice(7, SAMPLE_SIZE), node(3)];
   for (const o of samples) {
     const back = parse(yamlOf(o));
     if (JSON.stringify(back) !== JSON.stringify(o)) throw new Error(`emitter: ${o.kind} does not read back as itself`);

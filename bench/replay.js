@@ -33,7 +33,7 @@ import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, sta
 import os from 'node:os';
 import { join } from 'node:path';
 import { checkEmitter, writeFixtures } from './replay-cluster.js';
-import { flag, machine, opt, recordSection, resultsFile, root, runDate } from './lib.js';
+import { flag, machine, opt, pollPeakKiB, recordSection, resultsFile, root, runDate } from './lib.js';
 
 const HEADING = '## Replay of big dumps (issue 11)';
 const SERVICES = Number(opt('--services', '10000'));
@@ -60,20 +60,10 @@ async function runOnce(file, outPath = '/dev/null') {
     : spawn(process.execPath, args, { stdio: ['ignore', out, 'pipe'] });
   let stderr = '';
   child.stderr.setEncoding('utf8').on('data', (d) => (stderr += d));
-  let hwm = 0;
-  const poll = TIME
-    ? undefined
-    : setInterval(() => {
-        try {
-          const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'));
-          if (m) hwm = Math.max(hwm, Number(m[1]));
-        } catch {
-          // exited between two polls
-        }
-      }, 10);
+  const poll = TIME ? undefined : pollPeakKiB(child.pid, 10);
   const [code] = await once(child, 'exit');
   const wallS = Number(process.hrtime.bigint() - t0) / 1e9;
-  if (poll) clearInterval(poll);
+  let hwm = poll?.stop() ?? 0;
   closeSync(out);
   if (code !== 0) throw new Error(`replay ${file} exited ${code}:\n${stderr}`);
   if (TIME) {
