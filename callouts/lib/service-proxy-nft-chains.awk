@@ -1,6 +1,7 @@
 # service-proxy-nft: the planner's shared chains and maps (see
 # service-proxy-nft.awk, which uses these): the chains every Service with N
-# endpoints shares, the table's fixed chains, and which destination a
+# endpoints shares (the table's fixed chains are in
+# service-proxy-nft-table.nft), and which destination a
 # Service port's packets are keyed by.
 
 # Keys. The destinations of a Service that go to the same endpoints share
@@ -141,23 +142,4 @@ function pchain(f, k, n, how,   name, ip, r, pr, m) {
 	if (how == "full") return "\tchain " name " {\n" r "\n\t}"
 	gsub(/\t\t/, "add rule " T " " name " ", r)
 	return (k in GOTO ? "" : "add map " T " " m " { " eptype(f, k) "; }\n") "add chain " T " " name "\nflush chain " T " " name "\n" r
-}
-function fixed_chains() {
-	return "\tchain reject_new {\n\t\tmeta l4proto tcp reject with tcp reset\n\t\treject with icmpx port-unreachable\n\t}\n" \
-	"\tchain noep {\n\t\tip daddr . meta l4proto . th dport vmap @noep4\n\t\tip6 daddr . meta l4proto . th dport vmap @noep6\n" \
-	"\t\tfib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @noepnp4\n" \
-	"\t\tfib daddr type local ip6 daddr != ::1 meta l4proto . th dport vmap @noepnp6\n\t}\n" \
-	"\tchain filter_input {\n\t\ttype filter hook input priority -110; policy accept;\n\t\tct state new jump noep\n\t}\n" \
-	"\tchain filter_forward {\n\t\ttype filter hook forward priority -110; policy accept;\n\t\tct state new jump noep\n\t\tct state new jump clusterips_check\n\t}\n" \
-	"\tchain filter_output {\n\t\ttype filter hook output priority -110; policy accept;\n\t\tct state new jump noep\n\t}\n" \
-	"\tchain clusterips_check {\n\t\tip daddr @clusterips4 goto reject_new\n\t\tip6 daddr @clusterips6 goto reject_new\n\t}\n" \
-	"\tchain filter_output_post_dnat {\n\t\ttype filter hook output priority -90; policy accept;\n\t\tct state new fib daddr type != local jump clusterips_check\n\t}\n" \
-	"\tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @svc4\n\t\tip6 daddr . meta l4proto . th dport vmap @svc6\n" \
-	"\t\tfib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np4\n" \
-	"\t\tfib daddr type local ip6 daddr != ::1 meta l4proto . th dport vmap @np6\n\t}\n" \
-	"\tchain nat_prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tjump services\n\t}\n" \
-	"\tchain nat_output {\n\t\ttype nat hook output priority -100; policy accept;\n\t\tjump services\n\t}\n" \
-	"\tchain nat_postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n" \
-	"\t\tmeta mark & 0x00004000 == 0x00004000 meta mark set meta mark ^ 0x00004000 masquerade fully-random\n" \
-	"\t\tct status dnat ip saddr . ip daddr @hairpin4 masquerade\n\t\tct status dnat ip6 saddr . ip6 daddr @hairpin6 masquerade\n\t}"
 }

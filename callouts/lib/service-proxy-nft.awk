@@ -325,28 +325,24 @@ function full_ct(   k, p, z) {
 	if (HAVEOLD) for (k in NEWR) if (!(k in OLDD)) { split(k, p, SUBSEP); ct_out(p[1], p[2], p[3], "-") }
 }
 function decl(m, type) { return "\t" (m ~ /^(svc|noep|np|noepnp|ep|epnp|key|tp)/ ? "map " : "set ") m " {\n\t\t" type "\n\t}" }
+# table_part(1 or 2, out): the fixed declarations or the fixed chains of the
+# table (lib/service-proxy-nft-table.nft, `tablefile`: the lines before and
+# after its "# chains" line, those that start with "#" left out).
+function table_part(part, out,   l, in2, r) {
+	while ((r = getline l < tablefile) > 0) {
+		if (l == "# chains") in2 = 1
+		else if (substr(l, 1, 1) != "#" && (part == 2) == (in2 == 1)) print l > out
+	}
+	close(tablefile)
+	if (r < 0) bad = "cannot read " tablefile
+}
 function full_end(   i, f, k, p, out, nm, body, t) {
 	out = script
 	print "table " T " {}" > out
 	print "delete table " T > out
 	print "table " T " {" > out
 	for (i = 1; i <= nids; i++) { add_el("ids", IDS[i]); add_el("gen", GEN[i]) }
-	print decl("ids", "type mark . mark") > out
-	print decl("gen", "type mark . mark . mark") > out
-	for (f = 4; f <= 6; f += 2) {
-		print decl("dups" f, "type ipv" f "_addr . inet_proto . inet_service") > out
-		print decl("dupsnp" f, "type inet_proto . inet_service") > out
-		print decl("svc" f, "type ipv" f "_addr . inet_proto . inet_service : verdict") > out
-		print decl("key" f, "type ipv" f "_addr . inet_proto . inet_service : ipv" f "_addr") > out
-		print decl("tp" f, "type ipv" f "_addr . inet_proto . inet_service : inet_service") > out
-		print decl("noep" f, "type ipv" f "_addr . inet_proto . inet_service : verdict") > out
-		print decl("np" f, "type inet_proto . inet_service : verdict") > out
-		print decl("noepnp" f, "type inet_proto . inet_service : verdict") > out
-		print decl("hairpin" f, "type ipv" f "_addr . ipv" f "_addr") > out
-		print decl("udp" f, "type ipv" f "_addr . inet_service . ipv" f "_addr . inet_service") > out
-		print decl("clusterips" f, "type ipv" f "_addr") > out
-		print decl("cipdups" f, "type ipv" f "_addr") > out
-	}
+	table_part(1, out)
 	for (i = 1; i <= naobj; i++) if (substr(AOBJ[i], 1, 4) == "set\t") { split(AOBJ[i], p, "\t"); print "\tset " p[2] " " p[3] > out }
 	# the shared chains the state goes through, only those (a change set adds
 	# those it needs and the table lacks), and the endpoint map of each lookup
@@ -356,7 +352,7 @@ function full_end(   i, f, k, p, out, nm, body, t) {
 		split(AOBJ[i], p, "\t"); nm = p[2]; body = substr(AOBJ[i], length(nm) + 8)
 		print "\tchain " nm " {\n" body "\n\t}" > out
 	}
-	print fixed_chains() > out
+	table_part(2, out)
 	print "}" > out
 	close(out)
 	for (i = 1; i <= nelm; i++) { close(eldir "/" fpre ELORDER[i]); print ELORDER[i] > (eldir "/" fpre "list") }
