@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // Benchmark of the service proxier callouts (callouts/service-proxy-nft and,
-// when the file exists, callouts/service-proxy-iptables).
+// when the file exists, callouts/service-proxy-iptables). service-proxy-nft-awk
+// is service-proxy-nft with its full states planned by jq and awk
+// (SERVICE_PROXY_NFT_PLANNER=awk: as without node), the "before" of node's.
 //
 // For N = 1,000 and 10,000 Services (each: one IPv4 ClusterIP, one IPv4
 // ExternalIP, ports TCP 80 -> 8080 and TCP 443 -> 8443, 10 endpoints), in a
@@ -45,6 +47,8 @@ const FRAMES = Number(opt('--frames', '30'));
 
 const IMPLS = [
   { name: 'service-proxy-nft', path: join(root, 'callouts/service-proxy-nft'), changes: true },
+  // the same callout with its full states planned by jq and awk, as without node (the "before")
+  { name: 'service-proxy-nft-awk', path: join(root, 'callouts/service-proxy-nft'), changes: false, env: { SERVICE_PROXY_NFT_PLANNER: 'awk' } },
   { name: 'service-proxy-iptables', path: join(root, 'callouts/service-proxy-iptables'), changes: false },
 ].filter((i) => existsSync(i.path) && (opt('--callouts', '') === '' || opt('--callouts', '').split(',').includes(i.name)));
 // the floors are nft's and jq's: measured when the nft callout is
@@ -111,7 +115,7 @@ function timed(argv, input, env = {}) {
   return s;
 }
 
-const timeRun = (ns, impl, input, env) => timed(['ip', 'netns', 'exec', ns, impl.path], input, env);
+const timeRun = (ns, impl, input, env = {}) => timed(['ip', 'netns', 'exec', ns, impl.path], input, { ...impl.env, ...env });
 
 /** fn(ns) in a network namespace created for it, deleted after. */
 async function withNetns(fn) {

@@ -1,22 +1,24 @@
 // service-proxy-nft: the fast planner of a full state, per run (node
-// service-proxy-nft-full.mjs STATE OLDUDP CTFILE 4>PIPE). It writes the same table as
+// service-proxy-nft-full.mjs STATE OLDUDP CTFILE RCFILE 4>PIPE). It writes the same table as
 // jq and awk (lib/service-proxy-nft.jq, .awk, -chains.awk: full_service(),
 // full_end(), canon(), claim_els()), written again here for speed: at 10,000
 // Services x 10 endpoints they take 2.7 CPU-s and 1.8 s before nft may
-// start, this 0.3 s (bench/RESULTS.md). It writes the script to fd 4 as it
+// start, this 0.65 s (bench/RESULTS.md). It writes the script to fd 4 as it
 // plans, for `nft -f /dev/fd/0`, which parses a pipe as it arrives; its
 // elements inside the table block, a block per set every CHUNK elements, and
 // the table's closing brace last: a script cut short (this process gone, or
 // a state it leaves to jq and awk) is a syntax error, and nft commits nothing.
 // Exit 0: planned (CTFILE holds the conntrack deletions, as awk's); 3: a state
-// it is not sure of (see service-proxy-nft-plan.mjs), planned by jq and awk.
-import { closeSync, openSync, readFileSync, write, writeSync } from 'node:fs';
-import { setImmediate as yieldToWrites } from 'node:timers/promises';
+// it is not sure of (see service-proxy-nft-plan.mjs), planned by jq and awk;
+// 2: it failed. The same in RCFILE, written before it closes the pipe.
+import { closeSync, openSync, readFileSync, write, writeFileSync, writeSync } from 'node:fs';
+import { setTimeout as sleep, setImmediate as yieldToWrites } from 'node:timers/promises';
+import { promisify } from 'node:util';
 import { Fallback, PR, addr, fields, num, plan } from './service-proxy-nft-plan.mjs';
 
 const T = 'inet kpng_service_proxy';
 const CHUNK = 4096;
-const [statePath = '', oldudpPath = '', ctPath = ''] = process.argv.slice(2);
+const [statePath = '', oldudpPath = '', ctPath = '', rcPath = ''] = process.argv.slice(2);
 // The script goes to file descriptor 4 (the pipe to nft), not to stdout: a
 // stray write to stdout (a preloaded module, a warning) cannot get into it.
 const OUT = 4;
@@ -26,44 +28,31 @@ const here = new URL('.', import.meta.url).pathname;
 // planning goes on while a write waits for nft to read: with writeSync the two
 // took turns (1.25 s where planning alone takes 0.65, 10,000 Services).
 let out = '';
-const queue = [];
-let writing = false;
-let writeError = null;
-let drained = () => {};
+let written = Promise.resolve();
 function put(s) {
   out += s;
   if (out.length >= 1 << 16) flush();
 }
 function flush() {
-  if (out !== '') queue.push(Buffer.from(out));
+  if (out === '') return;
+  const b = Buffer.from(out);
   out = '';
-  pump();
+  written = written.then(() => writeAll(b));
+  // (its failure is told by the last `await written`, not as unhandled)
+  written.catch(() => {});
 }
-function pump() {
-  if (writing) return;
-  const b = queue.shift();
-  if (!b) return drained();
-  writing = true;
-  write(OUT, b, 0, b.length, null, (err, n) => {
-    writing = false;
-    // (EAGAIN: should the pipe be non-blocking after all, again once nft has read)
-    if (err?.code === 'EAGAIN') {
-      queue.unshift(b);
-      setTimeout(pump, 2);
-      return;
+const writeAsync = promisify(write);
+async function writeAll(b) {
+  for (let o = 0; o < b.length; ) {
+    try {
+      o += (await writeAsync(OUT, b, o, b.length - o, null)).bytesWritten;
+    } catch (e) {
+      // should the pipe be non-blocking after all: again once nft has read
+      if (e?.code !== 'EAGAIN') throw e;
+      await sleep(2);
     }
-    if (err) {
-      writeError = err;
-      queue.length = 0;
-    } else if (n < b.length) queue.unshift(b.subarray(n));
-    pump();
-  });
+  }
 }
-const allWritten = () =>
-  new Promise((resolve) => {
-    drained = resolve;
-    flush();
-  });
 
 // The fixed declarations and chains (service-proxy-nft-table.nft), and the type of each set.
 const parts = [[], []];
@@ -328,10 +317,7 @@ async function main() {
     }
     fullService(plan(fields(o)));
     // now and then, let the writes that finished start the next
-    if (++n % 32 === 0) {
-      if (writeError) throw writeError;
-      await yieldToWrites();
-    }
+    if (++n % 32 === 0) await yieldToWrites();
   }
   for (const m of EL.keys()) flushEl(m);
   for (const [f, k, n] of pneed.values()) if (!(k in GOTO)) put(`${decl(epmap(f, k, n), eptype(f, k))}\n`);
@@ -343,14 +329,24 @@ async function main() {
   closeSync(fd);
   // the closing brace last: until it, the script does not parse
   put('}\n');
-  await allWritten();
-  if (writeError) throw writeError;
+  flush();
+  await written;
   process.stderr.write(`service-proxy-nft: full state: ${n} Services planned (node)\n`);
 }
 
+/** The outcome, in RCFILE (the callout reads it after the pipeline, whose status is nft's). */
+function done(code) {
+  process.exitCode = code;
+  try {
+    if (rcPath !== '') writeFileSync(rcPath, `${code}\n`);
+  } catch {}
+}
 try {
   await main();
+  done(0);
+  // nft may go on now: node's own exit waits for its compiler and GC threads (~50 ms)
+  closeSync(OUT);
 } catch (e) {
   if (!(e instanceof Fallback)) process.stderr.write(`service-proxy-nft: the fast planner failed: ${e?.message ?? e}\n`);
-  process.exitCode = e instanceof Fallback ? 3 : 2;
+  done(e instanceof Fallback ? 3 : 2);
 }

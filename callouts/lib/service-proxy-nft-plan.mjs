@@ -1,12 +1,13 @@
 // service-proxy-nft: what one Service asks for, for the full-state planner of
-// service-proxy-full.mjs. It is lib/service-proxy-nft.jq's record and
+// service-proxy-nft-full.mjs. It is lib/service-proxy-nft.jq's record and
 // lib/service-proxy-nft.awk's plan() and affinity(), written again in
 // JavaScript for speed (10,000 Services: jq and awk take 2.7 CPU-s, this
-// 0.3; bench/RESULTS.md), for the states it is sure of only: a Service line
-// whose every value has the type the state gives it and passes the checks
-// with nothing to log. Anything else throws Fallback, and the callout plans
-// the state with jq and awk, which log and skip what they refuse. What it
-// plans is the same as theirs, element for element (a test compares them).
+// 0.65 with reading the JSON; bench/RESULTS.md), for the states it is sure
+// of only: a Service line whose every value has the type the state gives it
+// and passes the checks with nothing to log. Anything else throws Fallback,
+// and the callout plans the state with jq and awk, which log and skip what
+// they refuse. What it plans is the same as theirs, element for element (a
+// test compares them).
 
 /** Thrown for a state this planner leaves to jq and awk. */
 export class Fallback extends Error {}

@@ -140,3 +140,10 @@ t.test('a state the node planner is not sure of goes to jq and awk (exit 3, no t
   const claimed = await nodePlan(dir, `${good}\n${bent((o) => (o.Service.Name = 'other'))}\n`);
   t.equal(claimed.code, 3, 'a destination two Services claim');
 });
+
+t.test('SERVICE_PROXY_NFT_PLANNER other than auto, awk or node: exit 1, named', async (t) => {
+  const r = await run(NFT, '', { DRY_RUN: '1', SERVICE_PROXY_NFT_PLANNER: 'fast' });
+  t.equal(r.code, 1);
+  t.match(r.stderr, /SERVICE_PROXY_NFT_PLANNER must be auto, awk or node, not "fast"; nothing changed/);
+  t.equal(r.stdout, '');
+});

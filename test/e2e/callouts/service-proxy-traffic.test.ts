@@ -23,6 +23,9 @@
  * service-proxy-replay.test.ts. The states and checks:
  * test/helpers/service-proxy-e2e.ts.
  *
+ * service-proxy-nft's full states are planned by node here
+ * (SERVICE_PROXY_NFT_PLANNER=node), by jq and awk in the replay suite.
+ *
  * A callout whose file is not there yet is skipped, saying so; so is all of
  * it without root, `ip netns` or the tools (labMissing). KPSP_TEST_NFT /
  * KPSP_TEST_IPT run it against another implementation of the same contract.
@@ -59,6 +62,11 @@ import {
   summary,
   X,
 } from '../../helpers/service-proxy-e2e.js';
+
+// service-proxy-nft plans these full states with node (by default a state this
+// small goes to jq and awk, as in service-proxy-replay.test.ts and the rest):
+// both planners meet real traffic.
+process.env.SERVICE_PROXY_NFT_PLANNER = 'node';
 
 const reason = await labMissing();
 if (reason) console.error(`# skipping service-proxy callout tests: ${reason}`);
