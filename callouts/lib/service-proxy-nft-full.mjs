@@ -155,8 +155,14 @@ function canon(p, Q, c) {
   return ['', '', false, false];
 }
 
+// awk's warn() of a line that names Services (their names are Kubernetes
+// names here: shown() only cuts them at 100 bytes)
+const shown = (pk) => `"${pk.slice(0, 100)}"`;
+const warn = (msg) => process.stderr.write(`service-proxy-nft: ${msg}\n`);
+const dupd = new Set();
+
 function fullService(p) {
-  if (fseen.has(p.pk)) throw new Fallback('a second line for a Service');
+  if (fseen.has(p.pk)) return warn(`${shown(p.pk)}: skipping a second line for this Service`);
   fseen.add(p.pk);
   addEl('ids', p.pid);
   addEl('gen', `${p.pid} . ${p.phash}`);
@@ -168,7 +174,14 @@ function fullService(p) {
   for (const c of p.claims) {
     const key = `${c.k}${c.f} ${c.key}`;
     if (owner.has(key)) {
-      if (owner.get(key) !== p.pk) throw new Fallback('a destination two Services claim');
+      // the first Service in kpng's order keeps it; a change set to it fails (dups)
+      if (owner.get(key) !== p.pk) {
+        warn(`${shown(p.pk)}: skipping ${c.k === 'd' ? 'destination' : 'NodePort'} ${c.key}: already used by ${shown(owner.get(key))}`);
+        if (!dupd.has(key)) {
+          dupd.add(key);
+          addEl(`${c.k === 'd' ? 'dups' : 'dupsnp'}${c.f}`, c.key);
+        }
+      }
       continue;
     }
     owner.set(key, p.pk);

@@ -3,11 +3,11 @@
 // lib/service-proxy-nft.awk's plan() and affinity(), written again in
 // JavaScript for speed (10,000 Services: jq and awk take 2.7 CPU-s, this
 // 0.65 with reading the JSON; bench/RESULTS.md), for the states it is sure
-// of only: a Service line whose every value has the type the state gives it
-// and passes the checks with nothing to log. Anything else throws Fallback,
-// and the callout plans the state with jq and awk, which log and skip what
-// they refuse. What it plans is the same as theirs, element for element (a
-// test compares them).
+// of only: every value of the type the state gives it, and nothing awk would
+// log but a destination two Services claim or a second line for a Service
+// (logged by the planner as awk does). Anything else throws Fallback, and the
+// callout plans the state with jq and awk, which log and skip what they
+// refuse. It plans what they plan, element for element (a test compares).
 
 /** Thrown for a state this planner leaves to jq and awk. */
 export class Fallback extends Error {}

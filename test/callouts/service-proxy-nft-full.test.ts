@@ -3,7 +3,8 @@
  * against jq and awk (the callout's DRY_RUN, and its awk planner as a run
  * calls it): for varied states and 300 random ones, its script makes the
  * same table (test/helpers/nft-script-model.ts) and the same conntrack
- * deletions; a state it is not sure of, it leaves to them (exit 3) and
+ * deletions (and logs what awk logs of destinations two Services claim and
+ * of second lines); a state it is not sure of, it leaves to them (exit 3) and
  * writes nothing nft would apply. No root: nothing is applied here (the
  * real-traffic suites apply full states through it: service-proxy-traffic,
  * -replay, -edges and conntrack). Needs jq.
@@ -73,7 +74,7 @@ t.test('the node planner makes the table jq and awk make', { skip: noJq }, async
 
 t.test('300 random Services: the same table, and the same conntrack deletions', { skip: noJq }, async (t) => {
   const dir = tempDir(t, 'kpng-spn-full-');
-  // distinct cluster IPs and NodePorts (a destination two Services claim is jq's and awk's)
+  // distinct cluster IPs and NodePorts (two Services claiming one: the next test)
   const state = randomState(240, 7);
   await samePlan(t, dir, state, '240 random Services');
   // the kernel's UDP sets as `nft list set` prints them: what the last state had
@@ -135,10 +136,24 @@ t.test('a state the node planner is not sure of goes to jq and awk (exit 3, no t
     t.equal(r.code, 3, what, { stderr: r.stderr });
     t.notOk(r.stdout.endsWith('\n}\n'), `${what}: the table not closed (nft applies nothing)`);
   }
-  const twice = await nodePlan(dir, `${good}\n${good}\n`);
-  t.equal(twice.code, 3, 'a second line for a Service');
-  const claimed = await nodePlan(dir, `${good}\n${bent((o) => (o.Service.Name = 'other'))}\n`);
-  t.equal(claimed.code, 3, 'a destination two Services claim');
+});
+
+t.test('a destination two Services claim, a second line for a Service: the same table, the same log', { skip: noJq }, async (t) => {
+  const dir = tempDir(t, 'kpng-spn-full-');
+  const web = serviceObject(VARIED[0]!);
+  const twin = serviceObject({ ...VARIED[0]!, name: 'web-other', lbIPs: { v4: ['203.0.113.99'] } });
+  // a long name: awk's log cuts names at 100 bytes
+  const long = serviceObject({ ...VARIED[1]!, namespace: 'n'.repeat(63), name: 'x'.repeat(63) });
+  const longTwin = serviceObject({ ...VARIED[1]!, name: 'sticky-other' });
+  const state = stateText([web, twin, long, longTwin]) + JSON.stringify(web) + '\n';
+  const a = await run(NFT, state, { DRY_RUN: '1' });
+  const n = await nodePlan(dir, state);
+  t.equal(n.code, 0, { stderr: n.stderr });
+  t.same(scriptModel(n.stdout), scriptModel(a.stdout), 'the same table (dups4, dupsnp4 included)');
+  const logged = (e: string) => e.split('\n').filter((l) => l.includes('skipping'));
+  t.ok(logged(a.stderr).length >= 4, 'awk logs them');
+  t.same(logged(n.stderr), logged(a.stderr), 'node logs the same lines');
+  t.match(n.stdout, /dupsnp4/);
 });
 
 t.test('SERVICE_PROXY_NFT_PLANNER other than auto, awk or node: exit 1, named', async (t) => {
