@@ -6,8 +6,8 @@
  * jq with awk (SERVICE_PROXY_NFT_PLANNER=awk, and the fallback) leave the same
  * table; a state node is not sure of is applied by jq and awk, with their log;
  * without node on PATH the callout still applies; nft refusing the node
- * planner's script (a table of its name another process owns) fails the run
- * and changes nothing. The scripts compared
+ * planner's script (a table of its name another process owns) sends the
+ * state to jq and awk, whose nft -f fails too: exit 1, nothing changed. The scripts compared
  * without root: test/callouts/service-proxy-nft-full.test.ts.
  */
 import t from 'tap';
@@ -117,7 +117,8 @@ t.test('service-proxy-nft: node and jq with awk apply the same table', { skip: w
     const r = await apply(lines(svc('d', 'b', '192.0.2.44')), { SERVICE_PROXY_NFT_PLANNER: 'node' });
     t.equal(r.code, 1, 'exit 1', { stderr: r.stderr });
     t.match(r.stderr, /Operation not permitted/, "nft's error");
-    t.match(r.stderr, /nft -f failed; rules unchanged/);
+    t.match(r.stderr, /nft refused the node planner's script; planning with jq and awk/, 'then jq and awk try');
+    t.match(r.stderr, /nft -f failed; rules unchanged/, 'and fail too');
     t.match(await nft('list', 'table', 'inet', 'kpng_service_proxy'), /^table inet kpng_service_proxy \{[^\n]*\n\s*flags owner\s*\}\s*$/, 'the table as it was');
     owner.stdin.end();
     await once(owner, 'exit');
