@@ -1,13 +1,13 @@
 /**
  * callouts/lib/service-proxy-nft-full.mjs, the node planner of a full state,
  * against jq and awk (the callout's DRY_RUN, and its awk planner as a run
- * calls it): for varied states and 300 random ones, its script makes the
- * same table (test/helpers/nft-script-model.ts) and the same conntrack
- * deletions (and logs what awk logs of destinations two Services claim and
- * of second lines); a state it is not sure of, it leaves to them (exit 3) and
- * writes nothing nft would apply. No root: nothing is applied here (the
- * real-traffic suites apply full states through it: service-proxy-traffic,
- * -replay, -edges and conntrack). Needs jq.
+ * calls it): for varied states, 240 random Services and 40 randomly bent
+ * states, its script makes the same table (test/helpers/nft-script-model.ts),
+ * with the same conntrack deletions and the same log lines (destinations two
+ * Services claim, second lines); a state it is not sure of, it leaves to them
+ * (exit 3) and writes nothing nft would apply. No root: nothing is applied
+ * here (test/e2e/callouts/service-proxy-planners.test.ts applies both; the
+ * real-traffic suite plans with node). Needs jq.
  */
 import t, { type Test } from 'tap';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -161,4 +161,55 @@ t.test('SERVICE_PROXY_NFT_PLANNER other than auto, awk or node: exit 1, named', 
   t.equal(r.code, 1);
   t.match(r.stderr, /SERVICE_PROXY_NFT_PLANNER must be auto, awk or node, not "fast"; nothing changed/);
   t.equal(r.stdout, '');
+});
+
+t.test('40 bent states: node plans each as jq and awk do, or leaves it to them', { skip: noJq }, async (t) => {
+  const dir = tempDir(t, 'kpng-spn-full-');
+  let x = 11;
+  const rnd = (k: number): number => {
+    x = (x * 1103515245 + 12345) % 2147483648;
+    return Math.floor((x / 2147483648) * k);
+  };
+  // mostly values of the type the state gives (what node plans), now and then another
+  const like = (v: unknown): unknown => {
+    const pick = <T>(l: T[]): T => l[rnd(l.length)]!;
+    if (rnd(8) === 0) return pick<unknown>([null, false, 80.5, '80', [], {}, 'x\ty', '192.0.2.300']);
+    if (typeof v === 'number') return pick([0, 1, 2, 3, 80, 8080, 30080, 65535]);
+    if (typeof v === 'boolean') return rnd(2) === 0;
+    if (typeof v === 'string' && /^[0-9.]+$/.test(v)) return pick(['192.0.2.5', '192.0.2.10', '198.51.100.9', '203.0.113.7']);
+    if (typeof v === 'string' && v.includes(':')) return pick(['2001:db8::5', '2001:DB8:0::a', '2001:db8:1::2', '::ffff:192.0.2.1']);
+    if (typeof v === 'string') return pick(['', 'http', 'dns', 'a', 'metrics']);
+    return null;
+  };
+  /** Every [parent, key] of a JSON value. */
+  const slots = (v: unknown, out: Array<[Record<string, unknown>, string]> = []) => {
+    if (v && typeof v === 'object') {
+      for (const k of Object.keys(v)) {
+        out.push([v as Record<string, unknown>, k]);
+        slots((v as Record<string, unknown>)[k], out);
+      }
+    }
+    return out;
+  };
+  let planned = 0;
+  for (let i = 0; i < 40; i++) {
+    // (a copy: serviceObject() shares the specs' arrays)
+    const objs = VARIED.map((s) => JSON.parse(JSON.stringify(serviceObject(s))) as ReturnType<typeof serviceObject>);
+    for (let b = 0; b <= rnd(3); b++) {
+      const all = slots(objs[rnd(objs.length)]).filter(([p, k]) => k !== 'Namespace' && k !== 'Name' || !('Type' in p));
+      const [parent, key] = all[rnd(all.length)]!;
+      if (rnd(5) === 0 && !Array.isArray(parent)) delete parent[key];
+      else parent[key] = like(parent[key]);
+    }
+    const state = objs.map((o) => JSON.stringify(o) + '\n').join('');
+    const n = await nodePlan(dir, state);
+    if (n.code === 3) continue;
+    const a = await run(NFT, state, { DRY_RUN: '1' });
+    t.equal(n.code, 0, `state ${i}: node plans it or leaves it`, { stderr: n.stderr });
+    t.equal(a.code, 0, `state ${i}: so do jq and awk`, { stderr: a.stderr });
+    t.same(scriptModel(n.stdout), scriptModel(a.stdout), `state ${i}: the same table`, { state });
+    t.same(n.stderr.split('\n').filter((l) => l.includes('skipping')), a.stderr.split('\n').filter((l) => l.includes('skipping')), `state ${i}: the same log`);
+    planned++;
+  }
+  t.ok(planned >= 12, `node planned ${planned} of the 40`);
 });
