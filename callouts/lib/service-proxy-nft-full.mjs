@@ -1,9 +1,9 @@
 // service-proxy-nft: the fast planner of a full state, per run (node
-// service-proxy-nft-full.mjs STATE OLDUDP CTFILE RCFILE 4>PIPE). It writes the same table as
-// jq and awk (lib/service-proxy-nft.jq, .awk, -chains.awk: full_service(),
-// full_end(), canon(), claim_els()), written again here for speed: at 10,000
-// Services x 10 endpoints they take 2.7 CPU-s and 1.8 s before nft may
-// start, this 0.65 s (bench/RESULTS.md). It writes the script to fd 4 as it
+// service-proxy-nft-full.mjs STATE OLDUDP CTFILE RCFILE 4>PIPE). It writes
+// the same table as jq and awk (lib/service-proxy-nft.jq, .awk, -chains.awk:
+// full_service(), full_end(), canon(), claim_els()), written again here for
+// speed: at 10,000 Services x 10 endpoints they take 2.7 CPU-s and 1.8 s
+// before nft may start, this 0.65 s (bench/RESULTS.md). It writes to fd 4 as it
 // plans, for `nft -f /dev/fd/0`, which parses a pipe as it arrives; its
 // elements inside the table block, a block per set every CHUNK elements, and
 // the table's closing brace last: a script cut short (this process gone, or
@@ -13,6 +13,7 @@
 // 2: it failed. The same in RCFILE, written before it closes the pipe.
 import { closeSync, openSync, readFileSync, write, writeFileSync, writeSync } from 'node:fs';
 import { setTimeout as sleep, setImmediate as yieldToWrites } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Fallback, PR, addr, fields, num, plan } from './service-proxy-nft-plan.mjs';
 
@@ -22,7 +23,7 @@ const [statePath = '', oldudpPath = '', ctPath = '', rcPath = ''] = process.argv
 // The script goes to file descriptor 4 (the pipe to nft), not to stdout: a
 // stray write to stdout (a preloaded module, a warning) cannot get into it.
 const OUT = 4;
-const here = new URL('.', import.meta.url).pathname;
+const here = fileURLToPath(new URL('.', import.meta.url));
 
 // The script goes out by asynchronous writes (libuv's threads), so that the
 // planning goes on while a write waits for nft to read: with writeSync the two
