@@ -11,7 +11,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { changeable, expected } from './kube-bench-server.js';
-import { flag, handOverFloor, haveTime, opt, pollPeakKiB, quantile, root, timedPeakKiB, underTime } from './lib.js';
+import { flag, handOverFloor, measured, opt, quantile, root } from './lib.js';
 
 export const SAMPLES = Number(opt('--samples', '500'));
 export const GAP_MS = Number(opt('--gap-ms', '0'));
@@ -123,25 +123,12 @@ export async function startServer(services) {
 // ---------------------------------------------------------------- (a)
 
 /** `kpng-json kube --once` once: wall ms, peak RSS MiB, stdout. */
-export function runOnce(server) {
-  return new Promise((resolvePromise, reject) => {
-    const argv = [join(BIN_ROOT, 'bin/kpng-json'), 'kube', '--once', '--node-name', NODE_NAME, '-q'];
-    const [file, args] = underTime(process.execPath, argv);
-    const chunks = [];
-    let stderr = '';
-    const t0 = process.hrtime.bigint();
-    const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...env, KUBECONFIG: server.kubeconfig } });
-    child.stdout.on('data', (b) => chunks.push(b));
-    child.stderr.on('data', (b) => (stderr += b));
-    const poll = haveTime ? undefined : pollPeakKiB(child.pid, 10);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const wall = Number(process.hrtime.bigint() - t0) / 1e6;
-      const hwm = poll?.stop() ?? 0;
-      if (code !== 0) return reject(new Error(`kpng-json kube --once exited ${code}: ${stderr}`));
-      resolvePromise({ wall, peakMiB: (timedPeakKiB(stderr) ?? hwm) / 1024, stdout: Buffer.concat(chunks) });
-    });
-  });
+export async function runOnce(server) {
+  const argv = [join(BIN_ROOT, 'bin/kpng-json'), 'kube', '--once', '--node-name', NODE_NAME, '-q'];
+  const chunks = [];
+  const r = await measured(process.execPath, argv, { env: { ...env, KUBECONFIG: server.kubeconfig }, onStdout: (b) => chunks.push(b) });
+  if (r.code !== 0) throw new Error(`kpng-json kube --once exited ${r.code}: ${r.stderr}`);
+  return { wall: r.wallMs, peakMiB: r.peakKiB / 1024, stdout: Buffer.concat(chunks) };
 }
 
 /** Checks kpng-json's output against the cluster: one line per selected Service, the endpoints node-7 sees. */

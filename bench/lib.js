@@ -93,6 +93,31 @@ export function pollPeakKiB(pid, everyMs) {
   };
 }
 
+/**
+ * Runs `cmd argv` (spawn options `o`: env, cwd; `stdout`: a file descriptor
+ * for its stdout, else `onStdout` gets each chunk) and resolves, once it has
+ * exited, with its exit code, wall ms, peak RSS KiB (/usr/bin/time's, else
+ * VmHWM polled every `pollMs`: a lower bound) and stderr.
+ */
+export function measured(cmd, argv, { stdout, onStdout, pollMs = 10, ...o } = {}) {
+  return new Promise((resolvePromise, reject) => {
+    const [file, args] = underTime(cmd, argv);
+    let stderr = '';
+    const t0 = process.hrtime.bigint();
+    const child = spawn(file, args, { ...o, stdio: ['ignore', stdout ?? 'pipe', 'pipe'] });
+    if (onStdout) child.stdout?.on('data', onStdout);
+    else child.stdout?.resume();
+    child.stderr.setEncoding('utf8').on('data', (d) => (stderr += d));
+    const poll = haveTime ? undefined : pollPeakKiB(child.pid, pollMs);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      const wallMs = Number(process.hrtime.bigint() - t0) / 1e6;
+      const hwm = poll?.stop() ?? 0;
+      resolvePromise({ code, wallMs, peakKiB: timedPeakKiB(stderr) ?? hwm, stderr });
+    });
+  });
+}
+
 /** The q-quantile (0..1) of an ascending array (nearest rank). */
 export const quantile = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))];
 

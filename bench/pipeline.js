@@ -11,7 +11,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Writable } from 'node:stream';
-import { handOverFloor, haveTime, opt, pollPeakKiB, quantile, root, timedPeakKiB, underTime } from './lib.js';
+import { handOverFloor, haveTime, measured, opt, quantile, root } from './lib.js';
 
 /** The cluster the bench server holds. */
 export const SERVICES = 10_000;
@@ -89,29 +89,16 @@ function digest(bufs) {
 export const ms = (x, d = 2) => `${x.toFixed(d)} ms`;
 
 /** Runs a command; resolves with wall ms, peak RSS KiB and stdout digest/size. */
-function measureProcess(cmd, argv, cwd = undefined) {
-  return new Promise((resolvePromise, reject) => {
-    const full = underTime(cmd, argv);
-    const h = createHash('sha256');
-    let size = 0;
-    let stderr = '';
-    const t0 = process.hrtime.bigint();
-    const child = spawn(full[0], full[1], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' }, ...(cwd ? { cwd } : {}) });
-    child.stdout.on('data', (b) => {
-      h.update(b);
-      size += b.length;
-    });
-    child.stderr.on('data', (b) => (stderr += b));
-    // No /usr/bin/time: poll the high-water mark while it runs.
-    const poll = haveTime ? undefined : pollPeakKiB(child.pid, 5);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const wall = Number(process.hrtime.bigint() - t0) / 1e6;
-      const hwm = poll?.stop() ?? 0;
-      if (code !== 0) return reject(new Error(`${cmd} exited ${code}: ${stderr}`));
-      resolvePromise({ wall, rssKiB: timedPeakKiB(stderr) ?? hwm, digest: h.digest('hex'), size, stderr });
-    });
-  });
+async function measureProcess(cmd, argv, cwd = undefined) {
+  const h = createHash('sha256');
+  let size = 0;
+  const onStdout = (b) => {
+    h.update(b);
+    size += b.length;
+  };
+  const r = await measured(cmd, argv, { env: { ...process.env, NODE_OPTIONS: '' }, ...(cwd ? { cwd } : {}), onStdout, pollMs: 5 });
+  if (r.code !== 0) throw new Error(`${cmd} exited ${r.code}: ${r.stderr}`);
+  return { wall: r.wallMs, rssKiB: r.peakKiB, digest: h.digest('hex'), size, stderr: r.stderr };
 }
 
 // ---------------------------------------------------------------- (a)

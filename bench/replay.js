@@ -26,14 +26,12 @@
 //   --bin path/to/kpng-json (another build, e.g. a baseline: `git archive HEAD
 //   src bin package.json tsconfig.json | tar -x -C DIR`, node_modules linked, tsc)
 //   --keep (leave the fixtures in the temp dir) --no-record
-import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { once } from 'node:events';
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { checkEmitter, writeFixtures } from './replay-cluster.js';
-import { flag, machine, opt, pollPeakKiB, recordSection, resultsFile, root, runDate } from './lib.js';
+import { flag, haveTime, machine, measured, opt, recordSection, resultsFile, root, runDate } from './lib.js';
 
 const HEADING = '## Replay of big dumps (issue 11)';
 const SERVICES = Number(opt('--services', '10000'));
@@ -47,31 +45,18 @@ const NODE_NAME = 'node-7';
 
 // ------------------------------------------------------------ measuring
 
-const TIME = existsSync('/usr/bin/time') ? '/usr/bin/time' : undefined;
 const BIN = opt('--bin', join(root, 'bin/kpng-json'));
 
 /** One replay of `file`, stdout to `outPath` (default /dev/null): { wallS, peakMiB }. */
 async function runOnce(file, outPath = '/dev/null') {
   const out = openSync(outPath, 'w');
-  const args = [BIN, 'replay', '--node-name', NODE_NAME, file];
-  const t0 = process.hrtime.bigint();
-  const child = TIME
-    ? spawn(TIME, ['-v', process.execPath, ...args], { stdio: ['ignore', out, 'pipe'] })
-    : spawn(process.execPath, args, { stdio: ['ignore', out, 'pipe'] });
-  let stderr = '';
-  child.stderr.setEncoding('utf8').on('data', (d) => (stderr += d));
-  const poll = TIME ? undefined : pollPeakKiB(child.pid, 10);
-  const [code] = await once(child, 'exit');
-  const wallS = Number(process.hrtime.bigint() - t0) / 1e9;
-  let hwm = poll?.stop() ?? 0;
-  closeSync(out);
-  if (code !== 0) throw new Error(`replay ${file} exited ${code}:\n${stderr}`);
-  if (TIME) {
-    const m = /Maximum resident set size \(kbytes\): (\d+)/.exec(stderr);
-    if (!m) throw new Error(`no peak RSS in /usr/bin/time's output:\n${stderr}`);
-    hwm = Number(m[1]);
+  try {
+    const r = await measured(process.execPath, [BIN, 'replay', '--node-name', NODE_NAME, file], { stdout: out });
+    if (r.code !== 0) throw new Error(`replay ${file} exited ${r.code}:\n${r.stderr}`);
+    return { wallS: r.wallMs / 1000, peakMiB: r.peakKiB / 1024 };
+  } finally {
+    closeSync(out);
   }
-  return { wallS, peakMiB: hwm / 1024 };
 }
 
 const median = (xs) => {
@@ -122,7 +107,7 @@ try {
 
   const block = `### ${LABEL}
 
-Run on ${runDate()} UTC, ${machine()}${BIN === join(root, 'bin/kpng-json') ? '' : ` (\`--bin ${BIN}\`)`}. ${SERVICES.toLocaleString('en')} Services, ${SERVICES.toLocaleString('en')} EndpointSlices × ${PER_SERVICE} endpoints, ${NODES} Nodes; ${RUNS} runs each; peak RSS from ${TIME ? '/usr/bin/time -v' : 'VmHWM polling (a lower bound)'}.
+Run on ${runDate()} UTC, ${machine()}${BIN === join(root, 'bin/kpng-json') ? '' : ` (\`--bin ${BIN}\`)`}. ${SERVICES.toLocaleString('en')} Services, ${SERVICES.toLocaleString('en')} EndpointSlices × ${PER_SERVICE} endpoints, ${NODES} Nodes; ${RUNS} runs each; peak RSS from ${haveTime ? '/usr/bin/time' : 'VmHWM polling (a lower bound)'}.
 
 ${table}
 `;
