@@ -5,16 +5,28 @@
  * how the elements are keyed (see callouts/lib/service-proxy-nft-chains.awk).
  */
 
-/** The elements of each map or set of a full state's script (`add element` blocks), by name. */
+/**
+ * The elements of each map or set of a full state's script, by name: from its
+ * `add element` blocks (jq and awk's form) and from the `elements = {` blocks
+ * inside the table (the node planner's form, a block per set now and then).
+ */
 export function scriptElements(script: string): Map<string, string[]> {
   const out = new Map<string, string[]>();
   let current: string[] | undefined;
+  let end = '';
+  let declared: string | undefined;
+  const open = (name: string, closer: string) => {
+    current = out.get(name) ?? [];
+    out.set(name, current);
+    end = closer;
+  };
   for (const line of script.split('\n')) {
     const head = /^add element inet \S+ (\S+) \{$/.exec(line);
-    if (head) {
-      current = out.get(head[1] as string) ?? [];
-      out.set(head[1] as string, current);
-    } else if (line === '}') current = undefined;
+    const decl = /^\t(?:set|map) (\S+) \{$/.exec(line);
+    if (head) open(head[1] as string, '}');
+    else if (decl) declared = decl[1];
+    else if (declared && line === '\t\telements = {') open(declared, '\t\t}');
+    else if (current && line === end) current = undefined;
     else if (current) current.push(line.trim().replace(/,$/, ''));
   }
   return out;

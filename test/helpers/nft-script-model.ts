@@ -1,11 +1,12 @@
 /**
  * What an nft script of service-proxy-nft makes of its table, whatever the
  * form it is written in: the declarations of each set and map, the elements of
- * each (as a sorted list), and the rules of each chain. Reads both forms the
- * callout writes: jq and awk's (the table, then an `add element` command per
- * set) and the node planner's (the elements inside the table, a block per set
- * now and then). Two scripts with the same model make the same table.
+ * each (as a sorted list; scriptElements() reads both forms the callout
+ * writes), and the rules of each chain. Two scripts with the same model make
+ * the same table.
  */
+import { scriptElements } from './nft-routes.js';
+
 export interface ScriptModel {
   decls: Record<string, string[]>;
   elements: Record<string, string[]>;
@@ -15,52 +16,23 @@ export interface ScriptModel {
 export function scriptModel(script: string): ScriptModel {
   const lines = script.split('\n');
   const decls = new Map<string, Set<string>>();
-  const elements = new Map<string, Set<string>>();
+  const declare = (name: string, type: string) => decls.set(name, (decls.get(name) ?? new Set()).add(type));
   const chains: Record<string, string> = {};
-  const add = (m: Map<string, Set<string>>, k: string, v: string) => {
-    let s = m.get(k);
-    if (!s) m.set(k, (s = new Set()));
-    s.add(v);
-  };
-  const el = (l: string) => l.trim().replace(/,$/, '');
-  let i = 0;
-  const at = (k: number) => lines[k] ?? '';
-  while (i < lines.length) {
-    const l = at(i);
-    let m = /^add element inet \S+ (\S+) \{$/.exec(l);
-    if (m) {
-      for (i++; i < lines.length && at(i) !== '}'; i++) add(elements, m[1]!, el(at(i)));
-      i++;
-      continue;
-    }
-    m = /^\t(?:set|map) (\S+) \{$/.exec(l);
-    if (m) {
-      add(decls, m[1]!, at(++i).trim());
-      if (at(++i).trim() === 'elements = {') {
-        for (i++; i < lines.length && at(i).trim() !== '}'; i++) add(elements, m[1]!, el(at(i)));
-        i++;
-      }
-      if (at(i) !== '\t}') throw new Error(`line ${i + 1}: ${at(i)}: not the end of a set`);
-      i++;
-      continue;
-    }
-    m = /^\tset (\S+) (\{.*\})$/.exec(l);
-    if (m) {
-      add(decls, m[1]!, m[2]!);
-      i++;
-      continue;
-    }
-    m = /^\tchain (\S+) \{$/.exec(l);
-    if (m) {
+  for (let i = 0; i < lines.length; i++) {
+    const l = lines[i] ?? '';
+    const set = /^\t(?:set|map) (\S+) \{$/.exec(l);
+    const oneLine = /^\tset (\S+) (\{.*\})$/.exec(l);
+    const chain = /^\tchain (\S+) \{$/.exec(l);
+    if (set) declare(set[1]!, (lines[i + 1] ?? '').trim());
+    else if (oneLine) declare(oneLine[1]!, oneLine[2]!);
+    else if (chain) {
       const body: string[] = [];
-      for (i++; i < lines.length && at(i) !== '\t}'; i++) body.push(at(i));
-      if (m[1]! in chains) throw new Error(`chain ${m[1]} twice`);
-      chains[m[1]!] = body.join('\n');
-      i++;
-      continue;
+      for (i++; i < lines.length && lines[i] !== '\t}'; i++) body.push(lines[i]!);
+      if (chain[1]! in chains) throw new Error(`chain ${chain[1]} twice`);
+      chains[chain[1]!] = body.join('\n');
     }
-    i++;
   }
-  const obj = (m: Map<string, Set<string>>) => Object.fromEntries([...m].sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, v]) => [k, [...v].sort()]));
-  return { decls: obj(decls), elements: obj(elements), chains };
+  const sorted = <T>(m: Map<string, Iterable<T>>) =>
+    Object.fromEntries([...m].sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, v]) => [k, [...new Set(v)].sort()]));
+  return { decls: sorted(decls), elements: sorted(scriptElements(script)), chains };
 }
