@@ -16,6 +16,7 @@ import { missingTools, runCommand } from '../helpers/command.js';
 import { tempDir } from '../helpers/files.js';
 import { repoPath } from '../helpers/fixtures.js';
 import { scriptModel } from '../helpers/nft-script-model.js';
+import { below, prng } from '../helpers/random.js';
 import { run } from '../helpers/service-proxy-lines.js';
 import { serviceObject, stateText } from '../helpers/service-states.js';
 import { VARIED, randomState } from '../helpers/service-proxy-varied.js';
@@ -165,11 +166,8 @@ t.test('SERVICE_PROXY_NFT_PLANNER other than auto, awk or node: exit 1, named', 
 
 t.test('40 bent states: node plans each as jq and awk do, or leaves it to them', { skip: noJq }, async (t) => {
   const dir = tempDir(t, 'kpng-spn-full-');
-  let x = 11;
-  const rnd = (k: number): number => {
-    x = (x * 1103515245 + 12345) % 2147483648;
-    return Math.floor((x / 2147483648) * k);
-  };
+  const r = prng(11);
+  const rnd = (k: number): number => below(r, k);
   // mostly values of the type the state gives (what node plans), now and then another
   const like = (v: unknown): unknown => {
     const pick = <T>(l: T[]): T => l[rnd(l.length)]!;

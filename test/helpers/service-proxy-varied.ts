@@ -2,6 +2,7 @@
  * States for comparing service-proxy-nft's two planners (node, and jq with
  * awk): Services of every kind the table distinguishes, and random ones.
  */
+import { below, prng } from './random.js';
 import { stateText, type ServiceSpec } from './service-states.js';
 
 const v4v6 = (v4: string, v6: string) => ({ v4: [v4], v6: [v6] });
@@ -56,11 +57,8 @@ export const VARIED: ServiceSpec[] = [
 
 /** A random state of n Services (seeded: the same each run). */
 export function randomState(n: number, seed: number): string {
-  let x = seed;
-  const rnd = (k: number): number => {
-    x = (x * 1103515245 + 12345) % 2147483648;
-    return Math.floor((x / 2147483648) * k);
-  };
+  const r = prng(seed);
+  const rnd = (k: number): number => below(r, k);
   const pods = ['pod1', 'pod2'] as const;
   const specs: ServiceSpec[] = [];
   for (let i = 0; i < n; i++) {

@@ -17,6 +17,7 @@ import { join } from 'node:path';
 import { missingTools, runCommand } from '../../helpers/command.js';
 import { tempDir, shScript } from '../../helpers/files.js';
 import { repoPath } from '../../helpers/fixtures.js';
+import { prng } from '../../helpers/random.js';
 import { stateText, type ServiceSpec } from '../../helpers/service-states.js';
 
 const LIB = repoPath('callouts/lib');
@@ -84,17 +85,6 @@ const SPECS: ServiceSpec[] = [
 const CANONICAL = stateText(SPECS).trimEnd().split('\n');
 /** The canonical line of the Service named `name`. */
 const lineOf = (name: string): string => CANONICAL.find((l) => l.includes(`"Name":"${name}"`))!;
-
-/** A small deterministic PRNG (mulberry32), so a failure is reproducible. */
-function prng(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let x = Math.imul(a ^ (a >>> 15), 1 | a);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const REPLACEMENTS: unknown[] = [null, false, true, 0, 7, 65535, 123456789012345, '', 'x', '198.51.100.1', [], {}, [null], ['203.0.113.9'], [7], { V4: ['192.0.2.9'] }, { Internal: true }, [{ Name: 'http', Port: 1 }]];
 
